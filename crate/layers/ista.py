@@ -1,0 +1,46 @@
+"""The ISTA block: the sparsification step of a CRATE layer."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["ISTA"]
+
+
+class ISTA(nn.Module):
+    """One proximal-gradient step of non-negative LASSO, warm-started at the input.
+
+    With a dictionary D in R^{d x d}, step size eta and sparsity weight lambda:
+
+        ISTA(z) = ReLU(z + eta D^T (z - D z) - eta * lambda)
+
+    which is one step of min_{x >= 0} lambda ||x||_1 + 1/2 ||z - D x||_2^2 from x = z.
+    D is stored as ``weight`` (d x d). In row form, with tokens as rows, D^T (z - D z) is
+    (z - z D^T) D: two matmuls instead of the three of D^T z - D^T D z.
+    The CRATE block applies it without a residual: Z^{l+1} = ISTA(LN(Z^{l+1/2})).
+    """
+
+    def __init__(self, dim: int, step_size: float = 0.1, lambd: float = 0.1) -> None:
+        super().__init__()
+        self.step_size = step_size
+        self.lambd = lambd
+        self.weight = nn.Parameter(torch.empty(dim, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.weight)  # as the official CRATE initialises D
+
+    @property
+    def dictionary(self) -> torch.Tensor:
+        """The dictionary D (d x d)."""
+        return self.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residual = x - F.linear(x, self.weight)  # z - D z, row form
+        grad = torch.matmul(residual, self.weight)  # D^T (z - D z), row form
+        return F.relu(x + self.step_size * grad - self.step_size * self.lambd)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.weight.shape[0]}, step_size={self.step_size}, lambd={self.lambd}"

@@ -1,0 +1,92 @@
+"""Multi-head subspace self-attention (MSSA): the compression step of a CRATE layer."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MSSA", "subspace_attention"]
+
+
+def _prefers_explicit_matmuls(w: torch.Tensor) -> bool:
+    """True where explicit matmuls beat ``scaled_dot_product_attention`` (DESIGN.md section 7).
+
+    On CPU under bf16 autocast SDPA is not autocast and stays in fp32, and on bf16 inputs its CPU
+    kernel is slower than two bf16 matmuls; everywhere else SDPA is the faster (or equal) choice.
+    """
+    if w.device.type != "cpu":
+        return False
+    if w.dtype == torch.bfloat16:
+        return True
+    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def subspace_attention(w: torch.Tensor, scale: float, dropout_p: float = 0.0) -> torch.Tensor:
+    """Attention with one tensor as query, key and value: softmax(w w^T * scale) w.
+
+    ``w`` has shape (B, K, N, p): per head k the projected tokens w_k = U_k^T z as rows.
+    """
+    if _prefers_explicit_matmuls(w):
+        attn = torch.matmul(w, w.transpose(-2, -1)) * scale
+        attn = attn.softmax(dim=-1)
+        if dropout_p > 0.0:
+            attn = F.dropout(attn, p=dropout_p)
+        return torch.matmul(attn, w)
+    return F.scaled_dot_product_attention(w, w, w, dropout_p=dropout_p, scale=scale)
+
+
+class MSSA(nn.Module):
+    """Multi-head subspace self-attention, one gradient step on the compression term R^c.
+
+    For tokens Z (rows are tokens here) and K subspaces U_k in R^{d x p}:
+
+        w_k = U_k^T z                         (one shared projection is query, key and value)
+        A_k = softmax(w_k^T w_k / sqrt(p))    (token-by-token similarity inside subspace k)
+        MSSA(Z) = W_o [w_1 A_1; ...; w_K A_K] + b_o
+
+    ``qkv`` stores the stacked U_k^T as a bias-free ``Linear(d, K p)``; the output projection W_o is
+    a learned ``Linear(K p, d)`` (with bias, as in the official CRATE; without for CRATE-alpha).
+    The CRATE block applies it as Z^{l+1/2} = Z^l + MSSA(LN(Z^l)).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        head_dim: int | None = None,
+        proj_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if head_dim is None:
+            if dim % num_heads != 0:
+                raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}; pass head_dim explicitly")
+            head_dim = dim // num_heads
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.scale = head_dim**-0.5
+        self.qkv = nn.Linear(dim, num_heads * head_dim, bias=False)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(num_heads * head_dim, dim, bias=proj_bias)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    @property
+    def subspaces(self) -> torch.Tensor:
+        """The subspace bases U_[K] as a tensor of shape (K, d, p)."""
+        weight = self.qkv.weight  # (K p, d): row block k is U_k^T
+        return weight.reshape(self.num_heads, self.head_dim, -1).transpose(1, 2)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-head coordinates w_k = U_k^T z, shape (B, K, N, p)."""
+        batch, tokens, _ = x.shape
+        return self.qkv(x).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        w = self.project(x)
+        dropout_p = self.attn_drop if self.training else 0.0
+        out = subspace_attention(w, self.scale, dropout_p)
+        out = out.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim)
+        return self.proj_drop(self.proj(out))

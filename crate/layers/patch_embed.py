@@ -1,0 +1,68 @@
+"""Patch embedding in the official CRATE layout: LayerNorm -> Linear -> LayerNorm over flat patches."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["PatchEmbed", "check_image_input"]
+
+
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] | None) -> None:
+    """Raise a ValueError that says what to do when ``x`` is not a batch the model was built for."""
+    if x.ndim != 4:
+        raise ValueError(f"expected a batch of images of shape (B, C, H, W), got shape {tuple(x.shape)}")
+    if x.shape[1] != in_chans:
+        raise ValueError(
+            f"the model was built for {in_chans}-channel images but got {x.shape[1]} channels; "
+            f"build it with in_chans={x.shape[1]} or convert the images to {in_chans} channels"
+        )
+    if img_size is not None and tuple(x.shape[-2:]) != tuple(img_size):
+        raise ValueError(
+            f"the model was built for {img_size[0]}x{img_size[1]} images but got "
+            f"{x.shape[-2]}x{x.shape[-1]}; resize the images or build the model with "
+            f"img_size={tuple(x.shape[-2:])}"
+        )
+
+
+class PatchEmbed(nn.Module):
+    """Cut an image into p x p patches, flatten each in (p1 p2 c) order, and embed it.
+
+    x_i = LN_out(W LN_in(vec(patch_i)) + b), as in the official CRATE ``to_patch_embedding``.
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
+        in_chans: int = 3,
+        embed_dim: int = 768,
+    ) -> None:
+        super().__init__()
+        self.img_size = _pair(img_size)
+        self.patch_size = _pair(patch_size)
+        self.in_chans = in_chans
+        if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
+            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        patch_dim = in_chans * self.patch_size[0] * self.patch_size[1]
+        self.norm_in = nn.LayerNorm(patch_dim)
+        self.proj = nn.Linear(patch_dim, embed_dim)
+        self.norm_out = nn.LayerNorm(embed_dim)
+
+    def patchify(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, N, p1 * p2 * C), patches in row-major order, pixels in (p1 p2 c) order."""
+        batch, chans, height, width = x.shape
+        ph, pw = self.patch_size
+        x = x.reshape(batch, chans, height // ph, ph, width // pw, pw)
+        x = x.permute(0, 2, 4, 3, 5, 1)  # B, h, w, p1, p2, c
+        return x.reshape(batch, (height // ph) * (width // pw), ph * pw * chans)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_input(x, self.in_chans, self.img_size)
+        return self.norm_out(self.proj(self.norm_in(self.patchify(x))))

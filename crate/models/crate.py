@@ -1,0 +1,256 @@
+"""CRATE: the white-box transformer of Yu et al. (NeurIPS 2023), as timm models.
+
+Each layer is one step of an optimizer of the sparse rate reduction objective
+    max_Z  R(Z) - R^c(Z | U_[K]) - lambda ||Z||_0,
+an MSSA step that compresses the tokens against the layer's subspaces U_[K] followed by an ISTA step
+that sparsifies them against the layer's dictionary D:
+    Z^{l+1/2} = Z^l + MSSA(LN(Z^l) | U_[K]^l),    Z^{l+1} = ISTA(LN(Z^{l+1/2}) | D^l).
+
+Built in the layout of the official code (Ma-Lab-Berkeley/CRATE), so parameter counts match the paper's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
+from torch import nn
+
+from crate.layers import ISTA, MSSA, PatchEmbed
+
+__all__ = ["CRATE", "CrateBlock"]
+
+
+class CrateBlock(nn.Module):
+    """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA)."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        step_size: float = 0.1,
+        lambd: float = 0.1,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+    ) -> None:
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = MSSA(dim, num_heads, head_dim=head_dim, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.norm2 = norm_layer(dim)
+        self.ista = ISTA(dim, step_size=step_size, lambd=lambd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return self.ista(self.norm2(x))
+
+
+class CRATE(nn.Module):
+    """CRATE classifier: patch embedding, class token and learned position embedding, L CRATE layers,
+    LayerNorm and a linear head on the pooled token (the class token by default)."""
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int = 16,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        global_pool: Literal["", "token", "avg"] = "token",
+        embed_dim: int = 384,
+        depth: int = 12,
+        num_heads: int = 6,
+        head_dim: int | None = None,
+        step_size: float = 0.1,
+        lambd: float = 0.1,
+        fc_norm: bool | None = None,
+        drop_rate: float = 0.0,
+        pos_drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
+        norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+    ) -> None:
+        super().__init__()
+        if global_pool not in ("", "token", "avg"):
+            raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
+        self.num_prefix_tokens = 1
+        self.has_class_token = True
+        self.grad_checkpointing = False
+        use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
+
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        num_patches = self.patch_embed.num_patches
+        self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
+        self.pos_drop = nn.Dropout(pos_drop_rate)
+        self.blocks = nn.Sequential(
+            *[
+                CrateBlock(
+                    embed_dim,
+                    num_heads,
+                    head_dim=head_dim,
+                    step_size=step_size,
+                    lambd=lambd,
+                    attn_drop=attn_drop_rate,
+                    proj_drop=proj_drop_rate,
+                    norm_layer=norm_layer,
+                )
+                for _ in range(depth)
+            ]
+        )
+        self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
+        self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed", "cls_token"}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        return dict(stem=r"^cls_token|pos_embed|patch_embed", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self.num_classes = num_classes
+        if global_pool is not None:
+            if global_pool not in ("", "token", "avg"):
+                raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
+            self.global_pool = global_pool
+        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.pos_drop(x + self.pos_embed)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) -> normalised tokens (B, 1 + N, d), the class token first."""
+        x = self._pos_embed(self.patch_embed(x))
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            x = checkpoint_seq(self.blocks, x)
+        else:
+            x = self.blocks(x)
+        return self.norm(x)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        if self.global_pool == "avg":
+            return x[:, self.num_prefix_tokens :].mean(dim=1)
+        if self.global_pool == "token":
+            return x[:, 0]
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.head_drop(self.fc_norm(self.pool(x)))
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def _create_crate(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
+    return build_model_with_cfg(CRATE, variant, pretrained, **kwargs)
+
+
+def _cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
+    return {
+        "url": url,
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": None,
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+        "fixed_input_size": True,
+        "mean": IMAGENET_DEFAULT_MEAN,
+        "std": IMAGENET_DEFAULT_STD,
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
+        "license": "mit",
+        **kwargs,
+    }
+
+
+def _cpu_cfg(**kwargs: Any) -> dict[str, Any]:
+    """Configuration of the CPU-scale members: 32x32 inputs, no resize or crop."""
+    return _cfg(input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs)
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "crate_tiny_patch16_224": _cfg(),
+        "crate_small_patch16_224": _cfg(),
+        "crate_base_patch16_224": _cfg(),
+        "crate_large_patch16_224": _cfg(),
+        "crate_base_patch8_224": _cfg(),
+        "crate_nano_patch4_32": _cpu_cfg(),
+        "crate_micro_patch4_32": _cpu_cfg(),
+    }
+)
+
+# Width, heads, depth of each member; the CPU-scale ones are shared with their ViT twins.
+CPU_SIZES: dict[str, dict[str, int]] = {
+    "nano": dict(embed_dim=96, num_heads=4, depth=4),
+    "micro": dict(embed_dim=192, num_heads=6, depth=6),
+}
+
+
+@register_model
+def crate_tiny_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-T/16: d=384, K=6 heads, L=12 layers (6,090,856 parameters with 1000 classes)."""
+    args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+    return _create_crate("crate_tiny_patch16_224", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_small_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-S/16: d=576, K=12 heads, L=12 layers (13,116,328 parameters with 1000 classes)."""
+    args = dict(patch_size=16, embed_dim=576, depth=12, num_heads=12)
+    return _create_crate("crate_small_patch16_224", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_base_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-B/16: d=768, K=12 heads, L=12 layers (22,796,008 parameters with 1000 classes)."""
+    args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
+    return _create_crate("crate_base_patch16_224", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_large_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-L/16: d=1024, K=16 heads, L=24 layers (77,641,192 parameters with 1000 classes)."""
+    args = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16)
+    return _create_crate("crate_large_patch16_224", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-B/8: d=768, K=12 heads, L=12 layers, 8x8 patches."""
+    args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=12)
+    return _create_crate("crate_base_patch8_224", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['nano']``."""
+    args = dict(patch_size=4, **CPU_SIZES["nano"])
+    return _create_crate("crate_nano_patch4_32", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def crate_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['micro']``."""
+    args = dict(patch_size=4, **CPU_SIZES["micro"])
+    return _create_crate("crate_micro_patch4_32", pretrained, **dict(args, **kwargs))
