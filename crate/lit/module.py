@@ -95,7 +95,9 @@ class ImageClassifier(L.LightningModule):
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
-    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy) -> None:
+    def _eval_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy
+    ) -> None:
         images, targets = batch
         logits = self(images)
         self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", sync_dist=True)

@@ -115,7 +115,9 @@ class CRATE(nn.Module):
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
-        return dict(stem=r"^cls_token|pos_embed|patch_embed", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))])
+        return dict(
+            stem=r"^cls_token|pos_embed|patch_embed", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))]
+        )
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:

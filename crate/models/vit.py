@@ -23,10 +23,10 @@ __all__ = ["ViTTwin"]
 class ViTTwin(VisionTransformer):
     """timm's VisionTransformer with a clear error for images of the wrong size or channel count."""
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         fixed_size = None if self.dynamic_img_size else self.patch_embed.img_size
         check_image_input(x, self.patch_embed.proj.in_channels, fixed_size)
-        return super().forward_features(x)
+        return super().forward_features(x, *args, **kwargs)
 
 
 def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:

@@ -12,8 +12,20 @@ from .base import ImageDataModule
 __all__ = ["CIFARDataModule"]
 
 _CIFAR = {
-    "cifar10": (datasets.CIFAR10, "cifar-10-batches-py", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": (datasets.CIFAR100, "cifar-100-python", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "cifar10": (
+        datasets.CIFAR10,
+        "cifar-10-batches-py",
+        10,
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
+    ),
+    "cifar100": (
+        datasets.CIFAR100,
+        "cifar-100-python",
+        100,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+    ),
 }
 
 
@@ -52,7 +64,9 @@ class CIFARDataModule(ImageDataModule):
         """Where torchvision expects the extracted data."""
         return self.root / _CIFAR[self.dataset][1]
 
-    def _open(self, train: bool, transform: transforms.Compose | None, download: bool) -> datasets.VisionDataset:
+    def _open(
+        self, train: bool, transform: transforms.Compose | None, download: bool
+    ) -> datasets.VisionDataset:
         cls = _CIFAR[self.dataset][0]
         try:
             return cls(str(self.root), train=train, transform=transform, download=download)
@@ -70,7 +84,9 @@ class CIFARDataModule(ImageDataModule):
 
     def _transforms(self, train: bool) -> transforms.Compose:
         mean, std = _CIFAR[self.dataset][3:]
-        steps: list = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()] if train else []
+        steps: list = (
+            [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()] if train else []
+        )
         if self.img_size != 32:
             steps.append(transforms.Resize(self.img_size, antialias=True))
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]

@@ -109,5 +109,7 @@ class DigitsDataModule(ImageDataModule):
         train, val = load_digits_tensors(self.img_size, self._in_chans, self.val_fraction, self.split_seed)
         if self.augment:
             background = -DIGITS_MEAN / DIGITS_STD
-            train.transform = v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1), fill=background)
+            train.transform = v2.RandomAffine(
+                degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1), fill=background
+            )
         self.train_set, self.val_set = train, val

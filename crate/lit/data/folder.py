@@ -53,8 +53,8 @@ class ImageFolderDataModule(ImageDataModule):
 
     def _data_config(self) -> dict:
         model = None
-        if self._trainer is not None and self._trainer.lightning_module is not None:
-            model = getattr(self._trainer.lightning_module, "model", None)
+        if self.trainer is not None and self.trainer.lightning_module is not None:
+            model = getattr(self.trainer.lightning_module, "model", None)
         config = resolve_data_config({}, model=model) if isinstance(model, torch.nn.Module) else {}
         return dict(config, input_size=(3, self.img_size, self.img_size))
 
@@ -63,7 +63,9 @@ class ImageFolderDataModule(ImageDataModule):
             return
         config = self._data_config()
         class_index = {name: index for index, name in enumerate(self.classes)}
-        train = datasets.ImageFolder(str(self.root / "train"), transform=create_transform(**config, is_training=True))
+        train = datasets.ImageFolder(
+            str(self.root / "train"), transform=create_transform(**config, is_training=True)
+        )
         val = datasets.ImageFolder(str(self.root / "val"), transform=create_transform(**config))
         val.class_to_idx = class_index
         val.samples = [(path, class_index[Path(path).parent.name]) for path, _ in val.samples]

@@ -1,0 +1,73 @@
+"""DataModules: the embedded digits split, ImageFolder with mixed image modes, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from crate.lit.data import CIFARDataModule, DigitsDataModule, ImageFolderDataModule
+
+
+def test_digits_split_is_deterministic_stratified_and_resized() -> None:
+    first, second = DigitsDataModule(img_size=24), DigitsDataModule(img_size=24)
+    first.setup("fit")
+    second.setup("fit")
+    assert torch.equal(first.val_set.labels, second.val_set.labels)
+    assert torch.equal(first.val_set.images, second.val_set.images)
+    n_train, n_val = len(first.train_set), len(first.val_set)
+    assert n_train + n_val == 1797 and abs(n_val - 0.2 * 1797) < 1
+    train_share = np.bincount(first.train_set.labels.numpy()) / n_train
+    val_share = np.bincount(first.val_set.labels.numpy()) / n_val
+    assert np.abs(train_share - val_share).max() < 0.01  # stratified: the same class shares
+    image, label = first.train_set[0]
+    assert image.shape == (1, 24, 24) and 0 <= int(label) < 10
+    images, labels = next(iter(first.val_dataloader()))
+    assert images.shape == (64, 1, 24, 24) and images.dtype == torch.float32
+    assert images.min() >= -1.01 and images.max() <= 1.01
+
+
+def test_digits_three_channels_repeat_the_gray_image() -> None:
+    data = DigitsDataModule(in_chans=3, augment=False)
+    data.setup("fit")
+    image, _ = data.val_set[3]
+    assert data.in_chans == 3 and image.shape == (3, 32, 32)
+    assert torch.equal(image[0], image[1]) and torch.equal(image[1], image[2])
+
+
+def _write_image_folder(root: Path, classes: int = 2, per_class: int = 6) -> None:
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = root / split / f"class_{c}"
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, size=(20, 24), dtype=np.uint8)
+                mode_image = Image.fromarray(pixels, mode="L")  # grayscale
+                if i % 2:
+                    mode_image = mode_image.convert("RGB")
+                mode_image.save(folder / f"{i}.png")
+
+
+def test_image_folder_accepts_grayscale_and_rgb(tmp_path: Path) -> None:
+    _write_image_folder(tmp_path)
+    data = ImageFolderDataModule(str(tmp_path), img_size=32, batch_size=4, num_workers=0)
+    assert data.num_classes == 2 and data.in_chans == 3
+    data.setup("fit")
+    images, labels = next(iter(data.train_dataloader()))
+    assert images.shape == (4, 3, 32, 32)
+    assert set(labels.tolist()) <= {0, 1}
+
+
+def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"lacks .*train.*val.*--data.root"):
+        ImageFolderDataModule(str(tmp_path / "nowhere"))
+
+
+def test_missing_cifar_offline_names_the_expected_folder(tmp_path: Path) -> None:
+    data = CIFARDataModule(root=str(tmp_path), dataset="cifar10", download=False)
+    with pytest.raises(FileNotFoundError, match=r"cifar-10-batches-py"):
+        data.prepare_data()

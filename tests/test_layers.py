@@ -1,0 +1,100 @@
+"""The fast layers against literal, column-form transcriptions of the paper's formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from crate.layers import ISTA, MSSA, subspace_attention
+from crate.models.crate import CrateBlock
+
+
+def mssa_literal(
+    Z: torch.Tensor, U: list[torch.Tensor], W_o: torch.Tensor, b_o: torch.Tensor
+) -> torch.Tensor:
+    """MSSA(Z) = W_o [U_1^T Z softmax((U_1^T Z)^T (U_1^T Z) / sqrt(p)); ...] + b_o, tokens as columns."""
+    heads = []
+    for U_k in U:
+        p = U_k.shape[1]
+        w = U_k.T @ Z  # p x N
+        A = torch.softmax(w.T @ w / math.sqrt(p), dim=0)  # N x N, each column sums to one
+        heads.append(w @ A)
+    return W_o @ torch.cat(heads, dim=0) + b_o[:, None]
+
+
+def ista_literal(Z: torch.Tensor, D: torch.Tensor, eta: float, lam: float) -> torch.Tensor:
+    """ISTA(Z) = ReLU(Z + eta (D^T Z - D^T D Z) - eta lambda), tokens as columns."""
+    return torch.relu(Z + eta * (D.T @ Z - D.T @ D @ Z) - eta * lam)
+
+
+def _subspace_list(layer: MSSA) -> list[torch.Tensor]:
+    p = layer.head_dim
+    return [layer.qkv.weight[k * p : (k + 1) * p].T for k in range(layer.num_heads)]
+
+
+@pytest.mark.parametrize("dim,heads,tokens", [(64, 4, 17), (48, 6, 65), (32, 1, 5)])
+def test_mssa_matches_literal_formula(dim: int, heads: int, tokens: int) -> None:
+    torch.manual_seed(0)
+    layer = MSSA(dim, heads).eval()
+    x = torch.randn(3, tokens, dim)
+    with torch.no_grad():
+        fast = layer(x)
+        for b in range(x.shape[0]):
+            literal = mssa_literal(x[b].T, _subspace_list(layer), layer.proj.weight, layer.proj.bias).T
+            assert (fast[b] - literal).abs().max().item() <= 1e-5
+
+
+def test_mssa_subspaces_are_the_shared_projection() -> None:
+    layer = MSSA(32, 4)
+    U = layer.subspaces
+    assert U.shape == (4, 32, 8)
+    x = torch.randn(2, 7, 32)
+    w = layer.project(x)  # (B, K, N, p)
+    for k in range(4):
+        torch.testing.assert_close(w[:, k], x @ U[k], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dim,eta,lam", [(64, 0.1, 0.1), (40, 0.5, 0.01)])
+def test_ista_matches_literal_formula(dim: int, eta: float, lam: float) -> None:
+    torch.manual_seed(1)
+    layer = ISTA(dim, step_size=eta, lambd=lam)
+    x = torch.randn(2, 33, dim)
+    with torch.no_grad():
+        fast = layer(x)
+        for b in range(x.shape[0]):
+            literal = ista_literal(x[b].T, layer.weight, eta, lam).T
+            assert (fast[b] - literal).abs().max().item() <= 1e-5
+    assert (fast >= 0).all()
+
+
+def test_crate_block_is_mssa_residual_then_ista_without_residual() -> None:
+    torch.manual_seed(2)
+    block = CrateBlock(48, 4).eval()
+    x = torch.randn(2, 9, 48)
+    with torch.no_grad():
+        out = block(x)
+        for b in range(2):
+            Z = x[b].T
+            Zn = F.layer_norm(x[b], (48,), block.norm1.weight, block.norm1.bias).T
+            attn = block.attn
+            half = Z + mssa_literal(Zn, _subspace_list(attn), attn.proj.weight, attn.proj.bias)
+            half_n = F.layer_norm(half.T, (48,), block.norm2.weight, block.norm2.bias).T
+            literal = ista_literal(half_n, block.ista.weight, 0.1, 0.1).T
+            assert (out[b] - literal).abs().max().item() <= 1e-5
+
+
+def test_attention_core_uses_bf16_matmuls_under_cpu_autocast() -> None:
+    torch.manual_seed(3)
+    w = torch.randn(2, 3, 20, 16)
+    reference = torch.softmax(w @ w.transpose(-2, -1) / 4.0, dim=-1) @ w
+    fp32 = subspace_attention(w, 0.25)
+    assert fp32.dtype == torch.float32
+    assert (fp32 - reference).abs().max().item() <= 1e-5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = subspace_attention(w, 0.25)
+    # SDPA is not autocast on CPU and would return float32; the explicit bf16 path returns bfloat16.
+    assert low.dtype == torch.bfloat16
+    assert (low.float() - reference).abs().max().item() <= 0.1

@@ -1,0 +1,86 @@
+"""Every registered zoo model builds, runs forward and backward, and matches the paper's sizes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import timm
+import torch
+
+import crate  # noqa: F401  (registers the zoo)
+from crate.lit.factory import create_classifier
+
+ZOO = sorted(set(timm.list_models("crate_*")) | {"vit_nano_patch4_32", "vit_micro_patch4_32"})
+
+
+def test_zoo_is_registered() -> None:
+    expected = {
+        "crate_tiny_patch16_224",
+        "crate_small_patch16_224",
+        "crate_base_patch16_224",
+        "crate_large_patch16_224",
+        "crate_base_patch8_224",
+        "crate_nano_patch4_32",
+        "crate_micro_patch4_32",
+        "vit_nano_patch4_32",
+        "vit_micro_patch4_32",
+    }
+    assert expected <= set(timm.list_models("crate*")) | set(timm.list_models("vit_*_patch4_32"))
+
+
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("crate_tiny_patch16_224", 6_090_856),
+        ("crate_small_patch16_224", 13_116_328),
+        ("crate_base_patch16_224", 22_796_008),
+        ("crate_large_patch16_224", 77_641_192),
+    ],
+)
+def test_parameter_counts_match_the_paper(name: str, params: int) -> None:
+    model = timm.create_model(name, num_classes=1000)
+    assert sum(p.numel() for p in model.parameters()) == params
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_forward_backward_reaches_every_parameter(name: str) -> None:
+    # Images two patches a side keep the ImageNet-size members fast on CPU.
+    size = 2 * int(re.search(r"patch(\d+)", name).group(1)) if name.endswith("_224") else 32
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=7, in_chans=2, img_size=size)
+    x = torch.randn(2, 2, size, size)
+    out = model(x)
+    assert out.shape == (2, 7)
+    features = model.forward_features(x)
+    assert features.shape[0] == 2 and features.shape[-1] == model.num_features
+    assert model.forward_head(features, pre_logits=True).shape == (2, model.num_features)
+    out.square().mean().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, f"no (finite) gradient for {missing}"
+    assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+@pytest.mark.parametrize("global_pool", ["token", "avg"])
+def test_global_pool_options(global_pool: str) -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3, global_pool=global_pool)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "vit_nano_patch4_32"])
+def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
+    model = timm.create_model(name, num_classes=10, in_chans=1)
+    with pytest.raises(ValueError, match=r"built for 32x32 images but got 28x28.*resize"):
+        model(torch.randn(1, 1, 28, 28))
+    with pytest.raises(ValueError, match=r"built for 1-channel images but got 3 channels.*in_chans=3"):
+        model(torch.randn(1, 3, 32, 32))
+
+
+def test_unknown_model_name_gets_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"Unknown model 'crate_nanoo_patch4_32'.*crate_nano_patch4_32"):
+        create_classifier("crate_nanoo_patch4_32", num_classes=10)
+
+
+def test_factory_builds_timm_models_without_img_size() -> None:
+    model = create_classifier("resnet10t", num_classes=4, in_chans=1, img_size=32)
+    assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)

@@ -1,0 +1,127 @@
+"""train.py end to end, through subprocesses as a user runs it."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_train
+from test_data import _write_image_folder
+
+DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
+
+
+def _last_value(metrics_csv: Path, key: str) -> float:
+    with metrics_csv.open() as handle:
+        values = [row[key] for row in csv.DictReader(handle) if row.get(key)]
+    assert values, f"{key} was never logged in {metrics_csv}"
+    return float(values[-1])
+
+
+def _assert_ok(proc) -> None:
+    assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+
+# Chance is 0.1. The ViT twin starts slower on digits (about 0.35 after 8 epochs, 0.99 after 40).
+@pytest.mark.parametrize(
+    "config,epochs,floor",
+    [("crate_nano_digits.yaml", 8, 0.6), ("vit_nano_digits.yaml", 8, 0.25)],
+)
+def test_short_fit_on_digits_learns_and_leaves_logs_and_checkpoints(
+    tmp_path: Path, config: str, epochs: int, floor: float
+) -> None:
+    proc = run_train(
+        "fit",
+        "--config",
+        str(REPO / "configs" / config),
+        "--trainer.max_epochs",
+        str(epochs),
+        "--model.warmup_epochs",
+        "1",
+        "--log_root",
+        str(tmp_path),
+        "--run_name",
+        "short",
+    )
+    _assert_ok(proc)
+    run_dir = tmp_path / "short" / "version_0"
+    accuracy = _last_value(run_dir / "metrics.csv", "val/acc")
+    assert accuracy >= floor, f"val/acc {accuracy:.3f} after {epochs} epochs is not well above chance (0.1)"
+    assert _last_value(run_dir / "metrics.csv", "train/loss") > 0
+    assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events next to the CSV log"
+    checkpoints = {p.name for p in (run_dir / "checkpoints").iterdir()}
+    assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
+
+
+def test_print_config_prints_the_full_config() -> None:
+    proc = run_train("fit", "--config", DEFAULT, "--print_config")
+    _assert_ok(proc)
+    for key in (
+        "trainer:",
+        "model:",
+        "model_name: crate_nano_patch4_32",
+        "class_path: crate.lit.DigitsDataModule",
+        "checkpoint:",
+        "monitor: val/acc",
+        "run_name: crate_nano_digits",
+    ):
+        assert key in proc.stdout
+
+
+def test_image_folder_config_trains_on_a_user_folder(tmp_path: Path) -> None:
+    _write_image_folder(tmp_path / "images", classes=3, per_class=4)
+    proc = run_train(
+        "fit",
+        "--config",
+        str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
+        "--data.root",
+        str(tmp_path / "images"),
+        "--data.num_workers",
+        "0",
+        "--trainer.max_epochs",
+        "1",
+        "--log_root",
+        str(tmp_path / "logs"),
+    )
+    _assert_ok(proc)
+    metrics = tmp_path / "logs" / "crate_nano_imagefolder" / "version_0" / "metrics.csv"
+    assert 0.0 <= _last_value(metrics, "val/acc") <= 1.0
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model.bogus_key", "1"], "bogus_key"),
+        (["--model.model_name", "crate_nanoo_patch4_32"], "Unknown model 'crate_nanoo_patch4_32'"),
+    ],
+)
+def test_bad_command_line_gets_a_clear_error(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = run_train(
+        "fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *args
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not (tmp_path / "crate_nano_digits").exists() or not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_unknown_key_in_yaml_gets_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(Path(DEFAULT).read_text().replace("optimizer: adamw", "optimiser: adamw"))
+    proc = run_train("fit", "--config", str(config), "--log_root", str(tmp_path))
+    assert proc.returncode != 0
+    assert "optimiser" in proc.stderr
+
+
+def test_missing_image_folder_root_on_the_command_line(tmp_path: Path) -> None:
+    proc = run_train(
+        "fit",
+        "--config",
+        str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
+        "--data.root",
+        str(tmp_path / "missing"),
+        "--log_root",
+        str(tmp_path),
+    )
+    assert proc.returncode != 0
+    assert "lacks" in proc.stderr and "--data.root" in proc.stderr
