@@ -50,6 +50,13 @@ def test_short_fit_on_digits_learns_and_leaves_logs_and_checkpoints(
     assert accuracy >= floor, f"val/acc {accuracy:.3f} after {epochs} epochs is not well above chance (0.1)"
     assert _last_value(run_dir / "metrics.csv", "train/loss") > 0
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events next to the CSV log"
+    with (run_dir / "metrics.csv").open() as handle:
+        columns = set(csv.DictReader(handle).fieldnames)
+    quantities = ["R", "Rc_before_mssa", "Rc_after_mssa"]
+    quantities += ["sparsity_after_ista"] if config.startswith("crate") else []
+    expected = {f"rate/{q}/layer_{layer}" for q in quantities for layer in range(4)}  # nano: 4 layers
+    assert expected <= columns, f"the CodingRateMonitor did not log {sorted(expected - columns)}"
+    assert not any("sparsity" in c for c in columns) or config.startswith("crate")
     checkpoints = {p.name for p in (run_dir / "checkpoints").iterdir()}
     assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
 

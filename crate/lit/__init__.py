@@ -3,9 +3,11 @@
 from .cli import CrateCLI, cli_main
 from .data import CIFARDataModule, DigitsDataModule, ImageDataModule, ImageFolderDataModule
 from .module import ImageClassifier
+from .rate_monitor import CodingRateMonitor
 
 __all__ = [
     "CIFARDataModule",
+    "CodingRateMonitor",
     "CrateCLI",
     "DigitsDataModule",
     "ImageClassifier",

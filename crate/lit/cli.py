@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from .data import ImageDataModule
 from .module import ImageClassifier
+from .rate_monitor import CodingRateMonitor
 
 __all__ = ["CrateCLI", "cli_main", "run_loggers"]
 
@@ -30,7 +31,8 @@ class CrateCLI(LightningCLI):
     """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules.
 
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
-    a ``checkpoint`` section (best by ``val/acc`` and last), and links the data's ``num_classes``,
+    a ``checkpoint`` section (best by ``val/acc`` and last), a ``rate_monitor`` section (the
+    :class:`CodingRateMonitor`, on by default), and links the data's ``num_classes``,
     ``in_chans`` and ``img_size`` to the model.
     """
 
@@ -47,6 +49,7 @@ class CrateCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
+        parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 

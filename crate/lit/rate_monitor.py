@@ -1,0 +1,175 @@
+"""A callback that measures the sparse rate reduction objective layer by layer while a model trains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
+from matplotlib.figure import Figure
+
+from crate.metrics import layer_representations
+from crate.metrics.functional import Convention, coding_rate, compression_rate, sparsity
+from crate.metrics.representations import transformer_blocks
+
+__all__ = ["CodingRateMonitor", "layer_rate_values", "rate_curves_figure"]
+
+
+def layer_rate_values(
+    model: torch.nn.Module, images: torch.Tensor, eps: float, convention: Convention
+) -> dict[str, float]:
+    """Per layer l: R(Z^l), R^c(Z^l | U^l), R^c(Z^{l+1/2} | U^l) and, where the layer ends in ISTA, the
+    sparsity of Z^{l+1}; keys ``rate/<quantity>/layer_<l>``, means over the images."""
+    values: dict[str, float] = {}
+    for index, rep in enumerate(layer_representations(model, images)):
+        U = rep.subspaces
+        values[f"rate/R/layer_{index}"] = coding_rate(rep.z_in, eps, convention).mean().item()
+        values[f"rate/Rc_before_mssa/layer_{index}"] = (
+            compression_rate(rep.z_in, U, eps, convention).mean().item()
+        )
+        values[f"rate/Rc_after_mssa/layer_{index}"] = (
+            compression_rate(rep.z_half, U, eps, convention).mean().item()
+        )
+        if rep.sparse_output:
+            values[f"rate/sparsity_after_ista/layer_{index}"] = sparsity(rep.z_out).mean().item()
+    return values
+
+
+def _series(values: dict[str, float], quantity: str) -> list[float]:
+    prefix = f"rate/{quantity}/layer_"
+    layers = sorted(int(key[len(prefix) :]) for key in values if key.startswith(prefix))
+    return [values[f"{prefix}{layer}"] for layer in layers]
+
+
+def rate_curves_figure(values: dict[str, float], title: str = "") -> Figure:
+    """Per-layer curves: R, R^c before and after each attention step, sparsity after each ISTA step."""
+    sparse = _series(values, "sparsity_after_ista")
+    figure = Figure(figsize=(10 if sparse else 7, 3.2), layout="constrained")
+    axes = figure.subplots(1, 3 if sparse else 2)
+    layers = range(len(_series(values, "R")))
+    axes[0].plot(layers, _series(values, "R"), marker="o")
+    axes[0].set(title="coding rate R(Z^l)", xlabel="layer l")
+    axes[1].plot(layers, _series(values, "Rc_before_mssa"), marker="o", label="before attention")
+    axes[1].plot(layers, _series(values, "Rc_after_mssa"), marker="s", label="after attention")
+    axes[1].set(title="compression term R^c(Z | U^l)", xlabel="layer l")
+    axes[1].legend()
+    if sparse:
+        axes[2].plot(layers, sparse, marker="o", color="tab:green")
+        axes[2].set(title="sparsity after ISTA", xlabel="layer l", ylim=(0, 1))
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+class CodingRateMonitor(Callback):
+    """Log R, R^c before/after each attention step and sparsity after each ISTA step, per layer.
+
+    Every ``every_n_steps`` optimizer steps and at each validation epoch end, a fixed probe batch (the
+    first ``probe_size`` validation images) runs through the model in eval mode without gradients; the
+    values are computed in float64 whatever the training precision and logged to every logger as
+    ``rate/R/layer_{l}``, ``rate/Rc_before_mssa/layer_{l}``, ``rate/Rc_after_mssa/layer_{l}`` and
+    ``rate/sparsity_after_ista/layer_{l}`` (CRATE only: ViT has no ISTA step). At validation end a figure
+    of the curves goes to TensorBoard (every ``figure_every_n_epochs`` epochs and at the last). The
+    probe is the same on every process and only rank zero measures, so the values do not depend on
+    the number of processes.
+
+    Args:
+        enabled: switch the monitor off (it also switches itself off, with a warning, for models
+            without transformer blocks).
+        every_n_steps: interval in optimizer steps; 0 measures only at validation end.
+        probe_size: number of validation images in the probe batch.
+        eps: the distortion eps of the coding rate.
+        convention: ``paper`` (alpha = d/(N eps^2)) or ``official`` (unit-norm tokens, alpha = d/(N eps),
+            use eps=0.01 for numbers comparable to the CRATE paper's figures).
+        figure_every_n_epochs: send the figure of the curves to TensorBoard at the end of every n-th
+            validation epoch and of the last one (0: never). A figure costs about 0.3 s on 2 CPU cores,
+            a measurement of the default probe about 0.04 s.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        every_n_steps: int = 100,
+        probe_size: int = 32,
+        eps: float = 0.5,
+        convention: Convention = "paper",
+        figure_every_n_epochs: int = 10,
+    ) -> None:
+        if every_n_steps < 0 or probe_size < 1 or figure_every_n_epochs < 0:
+            raise ValueError("every_n_steps and figure_every_n_epochs must be >= 0, probe_size >= 1")
+        if convention not in ("paper", "official"):
+            raise ValueError(f"convention must be 'paper' or 'official', got {convention!r}")
+        self.enabled = enabled
+        self.every_n_steps = every_n_steps
+        self.probe_size = probe_size
+        self.eps = eps
+        self.convention = convention
+        self.figure_every_n_epochs = figure_every_n_epochs
+        self.last_step = -1
+        self._probe: torch.Tensor | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.enabled:
+            return
+        try:
+            transformer_blocks(pl_module.model)
+        except (TypeError, AttributeError) as err:
+            rank_zero_warn(f"CodingRateMonitor switched off: {err}")
+            self.enabled = False
+
+    def _probe_images(self, trainer: L.Trainer) -> torch.Tensor:
+        if self._probe is None:
+            loader = (
+                trainer.datamodule.val_dataloader()
+                if trainer.datamodule is not None
+                else trainer.val_dataloaders
+            )
+            dataset = loader.dataset
+            count = min(self.probe_size, len(dataset))
+            self._probe = torch.stack([dataset[index][0] for index in range(count)])
+        return self._probe
+
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        model = pl_module.model
+        was_training = model.training
+        model.eval()
+        try:
+            images = self._probe_images(trainer).to(pl_module.device)
+            return layer_rate_values(model, images, self.eps, self.convention)
+        finally:
+            model.train(was_training)
+
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, figure: bool) -> None:
+        if not trainer.is_global_zero:
+            return
+        values = self.measure(trainer, pl_module)
+        for logger in trainer.loggers:
+            logger.log_metrics(values, step=trainer.global_step)
+            if figure and isinstance(logger, TensorBoardLogger):
+                title = f"{type(pl_module.model).__name__}, step {trainer.global_step}"
+                logger.experiment.add_figure(
+                    "rate/curves", rate_curves_figure(values, title), trainer.global_step
+                )
+        self.last_step = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if self.enabled and self.every_n_steps and step % self.every_n_steps == 0 and step != self.last_step:
+            self._log(trainer, pl_module, figure=False)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.enabled and not trainer.sanity_checking:
+            every, epoch = self.figure_every_n_epochs, trainer.current_epoch
+            last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
+            self._log(trainer, pl_module, figure=every > 0 and ((epoch + 1) % every == 0 or last))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_step": self.last_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.last_step = int(state_dict.get("last_step", -1))
