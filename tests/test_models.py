@@ -39,8 +39,18 @@ def test_zoo_is_registered() -> None:
     ],
 )
 def test_parameter_counts_match_the_paper(name: str, params: int) -> None:
-    model = timm.create_model(name, num_classes=1000)
+    with torch.device("meta"):
+        model = timm.create_model(name, num_classes=1000)
     assert sum(p.numel() for p in model.parameters()) == params
+
+
+@pytest.mark.parametrize(
+    "name,millions", [("crate_alpha_base_patch16_224", 72.3), ("crate_alpha_large_patch14_224", 253.7)]
+)
+def test_crate_alpha_sizes_match_the_paper(name: str, millions: float) -> None:
+    with torch.device("meta"):
+        model = timm.create_model(name, num_classes=1000)
+    assert abs(sum(p.numel() for p in model.parameters()) / 1e6 - millions) < 0.05
 
 
 @pytest.mark.parametrize("name", ZOO)

@@ -44,3 +44,44 @@ class ISTA(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.weight.shape[0]}, step_size={self.step_size}, lambd={self.lambd}"
+
+
+class OvercompleteISTA(nn.Module):
+    """CRATE-alpha's sparse coding block: two ISTA steps from zero on an overcomplete dictionary,
+    decoded by a separate (decoupled) output dictionary.
+
+    With D, D_hat in R^{d x C d} (C = 4), step size eta and sparsity weight lambda:
+
+        a_1 = ReLU(eta D^T x - eta lambda)                     (one step from a_0 = 0)
+        a_2 = ReLU(a_1 - eta D^T (D a_1 - x) - eta lambda)
+        ODL(x) = D_hat a_2
+
+    The CRATE-alpha block adds it residually: x = x + ODL(LN(x)).
+    """
+
+    def __init__(self, dim: int, ratio: int = 4, step_size: float = 0.1, lambd: float = 0.1) -> None:
+        super().__init__()
+        self.step_size = step_size
+        self.lambd = lambd
+        self.dictionary = nn.Parameter(torch.empty(dim, ratio * dim))
+        self.output_dictionary = nn.Parameter(torch.empty(dim, ratio * dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.dictionary)
+        nn.init.kaiming_uniform_(self.output_dictionary)
+
+    def sparse_code(self, x: torch.Tensor) -> torch.Tensor:
+        """a_2, the sparse code of x (rows are tokens): shape (..., C d)."""
+        D = self.dictionary
+        shrink = self.step_size * self.lambd
+        a1 = F.relu(self.step_size * torch.matmul(x, D) - shrink)
+        residual = F.linear(a1, D) - x  # D a_1 - x, row form
+        return F.relu(a1 - self.step_size * torch.matmul(residual, D) - shrink)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.sparse_code(x), self.output_dictionary)
+
+    def extra_repr(self) -> str:
+        dim, atoms = self.dictionary.shape
+        return f"dim={dim}, atoms={atoms}, step_size={self.step_size}, lambd={self.lambd}"

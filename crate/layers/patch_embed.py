@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PatchEmbed", "check_image_input"]
+__all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input"]
 
 
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
@@ -66,3 +66,28 @@ class PatchEmbed(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_image_input(x, self.in_chans, self.img_size)
         return self.norm_out(self.proj(self.norm_in(self.patchify(x))))
+
+
+class ConvPatchEmbed(nn.Module):
+    """Strided-convolution patch embedding (CRATE-alpha): x_i = W * patch_i + b, tokens in row-major order."""
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
+        in_chans: int = 3,
+        embed_dim: int = 768,
+    ) -> None:
+        super().__init__()
+        self.img_size = _pair(img_size)
+        self.patch_size = _pair(patch_size)
+        self.in_chans = in_chans
+        if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
+            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_input(x, self.in_chans, self.img_size)
+        return self.proj(x).flatten(2).transpose(1, 2)

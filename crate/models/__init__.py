@@ -1,6 +1,8 @@
 """timm-registered architectures of the zoo, one family per file; importing registers them."""
 
+from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
+from .crate_alpha import CrateAlphaBlock
 from .vit import ViTTwin
 
-__all__ = ["CRATE", "CrateBlock", "ViTTwin"]
+__all__ = ["CRATE", "CheckpointError", "CrateAlphaBlock", "CrateBlock", "ViTTwin", "checkpoint_filter_fn"]

@@ -7,6 +7,8 @@ that sparsifies them against the layer's dictionary D:
     Z^{l+1/2} = Z^l + MSSA(LN(Z^l) | U_[K]^l),    Z^{l+1} = ISTA(LN(Z^{l+1/2}) | D^l).
 
 Built in the layout of the official code (Ma-Lab-Berkeley/CRATE), so parameter counts match the paper's.
+The :class:`CRATE` class also carries CRATE-alpha (``crate_alpha.py``), which swaps the block and the
+patch embedding.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from typing import Any, Literal
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from crate.layers import ISTA, MSSA, PatchEmbed
+
+from .convert import checkpoint_errors, checkpoint_filter_fn
 
 __all__ = ["CRATE", "CrateBlock"]
 
@@ -50,8 +56,11 @@ class CrateBlock(nn.Module):
 
 
 class CRATE(nn.Module):
-    """CRATE classifier: patch embedding, class token and learned position embedding, L CRATE layers,
-    LayerNorm and a linear head on the pooled token (the class token by default)."""
+    """CRATE classifier: patch embedding, class token and learned position embedding, L layers,
+    LayerNorm and a linear head on the pooled token (the class token by default).
+
+    ``embed_layer`` and ``block_fn`` choose the patch embedding and the layer (CRATE-alpha swaps both).
+    """
 
     def __init__(
         self,
@@ -72,10 +81,11 @@ class CRATE(nn.Module):
         attn_drop_rate: float = 0.0,
         proj_drop_rate: float = 0.0,
         norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+        embed_layer: Callable[..., nn.Module] = PatchEmbed,
+        block_fn: Callable[..., nn.Module] = CrateBlock,
     ) -> None:
         super().__init__()
-        if global_pool not in ("", "token", "avg"):
-            raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
+        _check_pool(global_pool)
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
@@ -84,14 +94,16 @@ class CRATE(nn.Module):
         self.grad_checkpointing = False
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
 
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+        self.patch_embed = embed_layer(
+            img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim
+        )
         num_patches = self.patch_embed.num_patches
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)
         self.blocks = nn.Sequential(
             *[
-                CrateBlock(
+                block_fn(
                     embed_dim,
                     num_heads,
                     head_dim=head_dim,
@@ -104,6 +116,10 @@ class CRATE(nn.Module):
                 for _ in range(depth)
             ]
         )
+        reduction = self.patch_embed.patch_size[0]
+        self.feature_info = [
+            dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)
+        ]
         self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
@@ -116,7 +132,8 @@ class CRATE(nn.Module):
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         return dict(
-            stem=r"^cls_token|pos_embed|patch_embed", blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))]
+            stem=r"^cls_token|pos_embed|patch_embed",
+            blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
     @torch.jit.ignore
@@ -130,14 +147,65 @@ class CRATE(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         self.num_classes = num_classes
         if global_pool is not None:
-            if global_pool not in ("", "token", "avg"):
-                raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
+            _check_pool(global_pool)
             self.global_pool = global_pool
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.pos_drop(x + self.pos_embed)
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Outputs of the layers in ``indices`` (last n if an int, all if None), as timm's ViT gives them.
+
+        ``output_fmt``: ``NCHW`` (patch tokens on their grid) or ``NLC`` (token sequence); ``norm`` applies
+        the final norm to each; ``return_prefix_tokens`` pairs each with its class token.
+        """
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        batch = x.shape[0]
+        x = self._pos_embed(self.patch_embed(x))
+        blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
+        intermediates = []
+        for index, block in enumerate(blocks):
+            x = checkpoint(block, x, use_reentrant=False) if self.grad_checkpointing else block(x)
+            if index in take_indices:
+                intermediates.append(self.norm(x) if norm else x)
+        prefix = [y[:, : self.num_prefix_tokens] for y in intermediates]
+        intermediates = [y[:, self.num_prefix_tokens :] for y in intermediates]
+        if output_fmt == "NCHW":
+            height, width = self.patch_embed.grid_size
+            intermediates = [
+                y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
+            ]
+        if return_prefix_tokens:
+            intermediates = list(zip(intermediates, prefix, strict=True))
+        if intermediates_only:
+            return intermediates
+        return self.norm(x), intermediates
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the layers after the last one in ``indices`` (and the norm and head if asked)."""
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.fc_norm = nn.Identity()
+            self.reset_classifier(0, "")
+        return take_indices
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised tokens (B, 1 + N, d), the class token first."""
@@ -163,11 +231,31 @@ class CRATE(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def _create_crate(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
-    return build_model_with_cfg(CRATE, variant, pretrained, **kwargs)
+def _check_pool(global_pool: str) -> None:
+    if global_pool not in ("", "token", "avg"):
+        raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
 
 
-def _cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
+def create_crate_family(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """``build_model_with_cfg`` for CRATE and CRATE-alpha, with checkpoint conversion and clear errors."""
+    out_indices = kwargs.pop("out_indices", 3)
+    overlay = kwargs.get("pretrained_cfg_overlay") or {}
+    if pretrained and "file" in overlay and "num_classes" not in overlay and "num_classes" in kwargs:
+        # A file given with num_classes is taken to hold that many classes; a mismatch is then an error
+        # that says how to reset the head, instead of a head silently dropped.
+        kwargs["pretrained_cfg_overlay"] = dict(overlay, num_classes=kwargs["num_classes"])
+    with checkpoint_errors(variant, pretrained, kwargs):
+        return build_model_with_cfg(
+            CRATE,
+            variant,
+            pretrained,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+            **kwargs,
+        )
+
+
+def crate_cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
     return {
         "url": url,
         "num_classes": 1000,
@@ -185,74 +273,78 @@ def _cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
     }
 
 
-def _cpu_cfg(**kwargs: Any) -> dict[str, Any]:
+def cpu_cfg(**kwargs: Any) -> dict[str, Any]:
     """Configuration of the CPU-scale members: 32x32 inputs, no resize or crop."""
-    return _cfg(input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs)
+    return crate_cfg(
+        input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs
+    )
 
 
 default_cfgs = generate_default_cfgs(
     {
-        "crate_tiny_patch16_224": _cfg(),
-        "crate_small_patch16_224": _cfg(),
-        "crate_base_patch16_224": _cfg(),
-        "crate_large_patch16_224": _cfg(),
-        "crate_base_patch8_224": _cfg(),
-        "crate_nano_patch4_32": _cpu_cfg(),
-        "crate_micro_patch4_32": _cpu_cfg(),
+        "crate_tiny_patch16_224": crate_cfg(),
+        "crate_small_patch16_224": crate_cfg(),
+        "crate_base_patch16_224": crate_cfg(),
+        "crate_large_patch16_224": crate_cfg(),
+        "crate_base_patch8_224": crate_cfg(),
+        "crate_nano_patch4_32": cpu_cfg(),
+        "crate_micro_patch4_32": cpu_cfg(),
     }
 )
 
-# Width, heads, depth of each member; the CPU-scale ones are shared with their ViT twins.
+# Width, heads, depth of each CPU-scale size; shared by CRATE, CRATE-alpha and the ViT twins.
 CPU_SIZES: dict[str, dict[str, int]] = {
     "nano": dict(embed_dim=96, num_heads=4, depth=4),
     "micro": dict(embed_dim=192, num_heads=6, depth=6),
 }
 
 
+def _build(variant: str, pretrained: bool, args: dict[str, Any], kwargs: dict[str, Any]) -> CRATE:
+    return create_crate_family(variant, pretrained, **dict(args, **kwargs))
+
+
 @register_model
 def crate_tiny_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-T/16: d=384, K=6 heads, L=12 layers (6,090,856 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
-    return _create_crate("crate_tiny_patch16_224", pretrained, **dict(args, **kwargs))
+    return _build("crate_tiny_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_small_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-S/16: d=576, K=12 heads, L=12 layers (13,116,328 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=576, depth=12, num_heads=12)
-    return _create_crate("crate_small_patch16_224", pretrained, **dict(args, **kwargs))
+    return _build("crate_small_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_base_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-B/16: d=768, K=12 heads, L=12 layers (22,796,008 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
-    return _create_crate("crate_base_patch16_224", pretrained, **dict(args, **kwargs))
+    return _build("crate_base_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_large_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-L/16: d=1024, K=16 heads, L=24 layers (77,641,192 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16)
-    return _create_crate("crate_large_patch16_224", pretrained, **dict(args, **kwargs))
+    return _build("crate_large_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-B/8: d=768, K=12 heads, L=12 layers, 8x8 patches."""
     args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=12)
-    return _create_crate("crate_base_patch8_224", pretrained, **dict(args, **kwargs))
+    return _build("crate_base_patch8_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['nano']``."""
-    args = dict(patch_size=4, **CPU_SIZES["nano"])
-    return _create_crate("crate_nano_patch4_32", pretrained, **dict(args, **kwargs))
+    return _build("crate_nano_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["nano"]), kwargs)
 
 
 @register_model
 def crate_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['micro']``."""
-    args = dict(patch_size=4, **CPU_SIZES["micro"])
-    return _create_crate("crate_micro_patch4_32", pretrained, **dict(args, **kwargs))
+    return _build("crate_micro_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["micro"]), kwargs)

@@ -15,7 +15,7 @@ from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoin
 
 from crate.layers import check_image_input
 
-from .crate import CPU_SIZES, _cpu_cfg
+from .crate import CPU_SIZES, cpu_cfg
 
 __all__ = ["ViTTwin"]
 
@@ -42,8 +42,8 @@ def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> V
 
 default_cfgs = generate_default_cfgs(
     {
-        "vit_nano_patch4_32": _cpu_cfg(first_conv="patch_embed.proj"),
-        "vit_micro_patch4_32": _cpu_cfg(first_conv="patch_embed.proj"),
+        "vit_nano_patch4_32": cpu_cfg(),
+        "vit_micro_patch4_32": cpu_cfg(),
     }
 )
 

@@ -1,0 +1,218 @@
+"""Checkpoint conversion for the zoo's ``checkpoint_filter_fn``: every CRATE checkpoint layout in the wild
+to the zoo's timm layout, detected from the keys.
+
+Layouts:
+- official CRATE (Ma-Lab-Berkeley/CRATE): ``to_patch_embedding.{1,2,3}``, ``pos_embedding``, ``cls_token``,
+  ``transformer.layers.{i}.0.{norm,fn.qkv,fn.to_out.0}``, ``transformer.layers.{i}.1.{norm,fn.weight}``,
+  ``mlp_head.{0,1}``. Patches are flattened in (p1 p2 c) order, as in :class:`crate.layers.PatchEmbed`.
+- CRATE-alpha PyTorch (UCSC-VLAA/CRATE-alpha): ``conv1``, ``pos_embedding`` (with or without the batch
+  axis), ``transformer.layers.{i}.0.fn.{qkv,to_out.0}``, ``transformer.layers.{i}.1.fn.{D,D1}``, ``mlp_head``.
+- a Lightning checkpoint of :class:`crate.lit.ImageClassifier` (keys under ``model.``);
+- the zoo's own timm layout (state dict or safetensors).
+Weights may sit under ``state_dict`` or ``model`` and keys may carry a ``module.`` prefix.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.layers import resample_abs_pos_embed
+from torch import nn
+
+__all__ = ["CheckpointError", "checkpoint_errors", "checkpoint_filter_fn", "detect_layout"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the model it was given to, with what to do about it."""
+
+
+def _unwrap(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    for key in ("state_dict", "model"):
+        if key in state_dict and isinstance(state_dict[key], Mapping):
+            state_dict = state_dict[key]
+    state_dict = {k[len("module.") :] if k.startswith("module.") else k: v for k, v in state_dict.items()}
+    if state_dict and all(k.startswith("model.") for k in state_dict if torch.is_tensor(state_dict[k])):
+        state_dict = {k[len("model.") :]: v for k, v in state_dict.items() if k.startswith("model.")}
+    return dict(state_dict)
+
+
+def detect_layout(state_dict: Mapping[str, Any]) -> str:
+    """``crate_official``, ``crate_alpha_official`` or ``timm`` (the zoo's own)."""
+    if any(k.startswith("to_patch_embedding.") for k in state_dict):
+        return "crate_official"
+    if "conv1.weight" in state_dict and any(
+        re.match(r"transformer\.layers\.\d+\.1\.fn\.D1?$", k) for k in state_dict
+    ):
+        return "crate_alpha_official"
+    return "timm"
+
+
+_LAYER_KEY = re.compile(r"transformer\.layers\.(\d+)\.(.+)")
+
+_OFFICIAL_CRATE_LAYER = {
+    "0.norm.weight": "norm1.weight",
+    "0.norm.bias": "norm1.bias",
+    "0.fn.qkv.weight": "attn.qkv.weight",
+    "0.fn.to_out.0.weight": "attn.proj.weight",
+    "0.fn.to_out.0.bias": "attn.proj.bias",
+    "1.norm.weight": "norm2.weight",
+    "1.norm.bias": "norm2.bias",
+    "1.fn.weight": "ista.weight",
+}
+_OFFICIAL_CRATE_TOP = {
+    "to_patch_embedding.1.weight": "patch_embed.norm_in.weight",
+    "to_patch_embedding.1.bias": "patch_embed.norm_in.bias",
+    "to_patch_embedding.2.weight": "patch_embed.proj.weight",
+    "to_patch_embedding.2.bias": "patch_embed.proj.bias",
+    "to_patch_embedding.3.weight": "patch_embed.norm_out.weight",
+    "to_patch_embedding.3.bias": "patch_embed.norm_out.bias",
+}
+_OFFICIAL_ALPHA_LAYER = {
+    "0.norm.weight": "norm1.weight",
+    "0.norm.bias": "norm1.bias",
+    "0.fn.qkv.weight": "attn.qkv.weight",
+    "0.fn.to_out.0.weight": "attn.proj.weight",
+    "1.norm.weight": "norm2.weight",
+    "1.norm.bias": "norm2.bias",
+    "1.fn.D": "ista.dictionary",
+    "1.fn.D1": "ista.output_dictionary",
+}
+_OFFICIAL_ALPHA_TOP = {"conv1.weight": "patch_embed.proj.weight", "conv1.bias": "patch_embed.proj.bias"}
+_SHARED_TOP = {
+    "pos_embedding": "pos_embed",
+    "cls_token": "cls_token",
+    "mlp_head.0.weight": "norm.weight",
+    "mlp_head.0.bias": "norm.bias",
+    "mlp_head.1.weight": "head.weight",
+    "mlp_head.1.bias": "head.bias",
+}
+
+
+def _rename(state_dict: Mapping[str, torch.Tensor], top: dict[str, str], layer: dict[str, str]) -> dict:
+    out: dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in state_dict.items():
+        match = _LAYER_KEY.fullmatch(key)
+        if match and match.group(2) in layer:
+            out[f"blocks.{match.group(1)}.{layer[match.group(2)]}"] = value
+        elif key in top or key in _SHARED_TOP:
+            out[top.get(key, _SHARED_TOP.get(key))] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise CheckpointError(f"unrecognised keys in an official-layout checkpoint: {unknown[:8]}")
+    if out.get("pos_embed") is not None and out["pos_embed"].ndim == 2:
+        out["pos_embed"] = out["pos_embed"].unsqueeze(0)
+    return out
+
+
+def _fill_absent_biases(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
+    """Layers whose official version has no bias (CRATE-alpha's conv and head) get a zero bias."""
+    own = model.state_dict()
+    for name in ("patch_embed.proj.bias", "head.bias"):
+        weight = name.replace(".bias", ".weight")
+        if name in own and name not in state_dict and weight in state_dict:
+            state_dict[name] = torch.zeros(state_dict[weight].shape[0], dtype=state_dict[weight].dtype)
+
+
+def _place_final_norm(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
+    """The official head LayerNorm acts after pooling; with average pooling the zoo calls it ``fc_norm``."""
+    own = model.state_dict()
+    if "norm.weight" in state_dict and "norm.weight" not in own and "fc_norm.weight" in own:
+        state_dict["fc_norm.weight"] = state_dict.pop("norm.weight")
+        state_dict["fc_norm.bias"] = state_dict.pop("norm.bias")
+
+
+def _resample_pos_embed(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
+    pos = state_dict.get("pos_embed")
+    target = getattr(model, "pos_embed", None)
+    if pos is None or target is None or pos.shape == target.shape:
+        return
+    prefix = getattr(model, "num_prefix_tokens", 1)
+    if int((pos.shape[1] - prefix) ** 0.5) ** 2 != pos.shape[1] - prefix or pos.shape[-1] != target.shape[-1]:
+        return  # not a square grid of the same width: left to the shape check
+    state_dict["pos_embed"] = resample_abs_pos_embed(
+        pos, new_size=list(model.patch_embed.grid_size), num_prefix_tokens=prefix
+    )
+
+
+def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> None:
+    own = model.state_dict()
+    head_reset = (
+        getattr(model, "pretrained_cfg", {}).get("num_classes", model.num_classes) != model.num_classes
+    )
+    if "head.weight" in state_dict and "head.weight" in own and not head_reset:
+        theirs, ours = state_dict["head.weight"].shape[0], own["head.weight"].shape[0]
+        if theirs != ours:
+            raise CheckpointError(
+                f"the checkpoint's head has {theirs} classes but the model was built with num_classes={ours}. "
+                f"Build it with num_classes={theirs}, or reset the head: pass "
+                f"pretrained_cfg_overlay=dict(file=..., num_classes={theirs}) together with num_classes={ours}."
+            )
+    wrong = [
+        f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}"
+        for k, v in state_dict.items()
+        if k in own and not k.startswith("head.") and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    missing = sorted(k for k in own if k not in state_dict and not k.startswith("head."))
+    if wrong or missing:
+        detail = "; ".join(wrong[:4]) + (f"; missing {missing[:6]}" if missing else "")
+        raise CheckpointError(
+            f"the checkpoint does not fit {type(model).__name__} "
+            f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. "
+            "Was it trained for another architecture or size? Pick the matching model name."
+        )
+
+
+def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
+    """Convert any supported checkpoint layout to ``model``'s and check that it fits."""
+    state_dict = _unwrap(state_dict)
+    layout = detect_layout(state_dict)
+    if layout == "crate_official":
+        state_dict = _rename(state_dict, _OFFICIAL_CRATE_TOP, _OFFICIAL_CRATE_LAYER)
+    elif layout == "crate_alpha_official":
+        state_dict = _rename(state_dict, _OFFICIAL_ALPHA_TOP, _OFFICIAL_ALPHA_LAYER)
+    _fill_absent_biases(state_dict, model)
+    _place_final_norm(state_dict, model)
+    _resample_pos_embed(state_dict, model)
+    _check_fits(state_dict, model)
+    return state_dict
+
+
+def _overlay_file(kwargs: Mapping[str, Any]) -> str | None:
+    overlay = kwargs.get("pretrained_cfg_overlay") or {}
+    return overlay.get("file") if isinstance(overlay, Mapping) else None
+
+
+@contextmanager
+def checkpoint_errors(variant: str, pretrained: bool, kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """Turn the low-level failures of reading a checkpoint file into errors that say what to do."""
+    path = _overlay_file(kwargs) if pretrained else None
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint file {path} for {variant} does not exist; check the path")
+    try:
+        yield
+    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile) as err:
+        raise CheckpointError(
+            f"checkpoint file {path} is corrupt or truncated ({err}); re-export or re-download it"
+        ) from err
+    except RuntimeError as err:
+        text = str(err)
+        if path is not None and any(
+            s in text for s in ("zip archive", "PytorchStreamReader", "unpickl", "header")
+        ):
+            raise CheckpointError(
+                f"checkpoint file {path} is corrupt or truncated ({text.splitlines()[0]})"
+            ) from err
+        raise
+    except Exception as err:  # safetensors raises its own error type
+        if path is not None and type(err).__name__ == "SafetensorError":
+            raise CheckpointError(f"checkpoint file {path} is not a valid safetensors file ({err})") from err
+        raise

@@ -1,0 +1,128 @@
+"""CRATE-alpha (Yang et al. 2024, "Scaling White-Box Transformers for Vision"), as timm models.
+
+Three changes to the CRATE layer make it scale: an overcomplete dictionary (C d atoms, C = 4) with two
+ISTA steps from zero, a decoupled output dictionary D_hat, and a residual connection around it:
+    x = x + MSSA(LN(x)),    x = x + D_hat ISTA_2(LN(x) | D).
+The patch embedding is a strided convolution, and LayerNorms use eps 1e-6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+from timm.models import generate_default_cfgs, register_model
+from torch import nn
+
+from crate.layers import MSSA, ConvPatchEmbed, OvercompleteISTA
+
+from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
+
+__all__ = ["CrateAlphaBlock"]
+
+
+class CrateAlphaBlock(nn.Module):
+    """One CRATE-alpha layer: x = x + MSSA(LN(x)) (bias-free output), then x = x + ODL(LN(x))."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        step_size: float = 0.1,
+        lambd: float = 0.1,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+        ratio: int = 4,
+    ) -> None:
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = MSSA(
+            dim, num_heads, head_dim=head_dim, proj_bias=False, attn_drop=attn_drop, proj_drop=proj_drop
+        )
+        self.norm2 = norm_layer(dim)
+        self.ista = OvercompleteISTA(dim, ratio=ratio, step_size=step_size, lambd=lambd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.ista(self.norm2(x))
+
+
+ALPHA_DEFAULTS: dict[str, Any] = dict(
+    embed_layer=ConvPatchEmbed,
+    block_fn=CrateAlphaBlock,
+    norm_layer=partial(nn.LayerNorm, eps=1e-6),
+)
+
+default_cfgs = generate_default_cfgs(
+    {
+        "crate_alpha_small_patch16_224": crate_cfg(),
+        "crate_alpha_base_patch16_224": crate_cfg(),
+        "crate_alpha_base_patch32_224": crate_cfg(),
+        "crate_alpha_base_patch8_224": crate_cfg(),
+        "crate_alpha_large_patch14_224": crate_cfg(),
+        "crate_alpha_large_patch32_224": crate_cfg(),
+        "crate_alpha_nano_patch4_32": cpu_cfg(),
+        "crate_alpha_micro_patch4_32": cpu_cfg(),
+    }
+)
+
+
+def _build(variant: str, pretrained: bool, args: dict[str, Any], kwargs: dict[str, Any]) -> CRATE:
+    return create_crate_family(variant, pretrained, **{**ALPHA_DEFAULTS, **args, **kwargs})
+
+
+_SMALL = dict(embed_dim=576, depth=12, num_heads=12)
+_BASE = dict(embed_dim=768, depth=12, num_heads=12)
+_LARGE = dict(embed_dim=1024, depth=24, num_heads=16)
+
+
+@register_model
+def crate_alpha_small_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-S/16: d=576, K=12, L=12, dictionary 4d."""
+    return _build("crate_alpha_small_patch16_224", pretrained, dict(patch_size=16, **_SMALL), kwargs)
+
+
+@register_model
+def crate_alpha_base_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-B/16: d=768, K=12, L=12, dictionary 4d (about 72.3M parameters)."""
+    return _build("crate_alpha_base_patch16_224", pretrained, dict(patch_size=16, **_BASE), kwargs)
+
+
+@register_model
+def crate_alpha_base_patch32_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-B/32: d=768, K=12, L=12, 32x32 patches."""
+    return _build("crate_alpha_base_patch32_224", pretrained, dict(patch_size=32, **_BASE), kwargs)
+
+
+@register_model
+def crate_alpha_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-B/8: d=768, K=12, L=12, 8x8 patches."""
+    return _build("crate_alpha_base_patch8_224", pretrained, dict(patch_size=8, **_BASE), kwargs)
+
+
+@register_model
+def crate_alpha_large_patch14_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-L/14: d=1024, K=16, L=24, 14x14 patches (about 253.7M parameters)."""
+    return _build("crate_alpha_large_patch14_224", pretrained, dict(patch_size=14, **_LARGE), kwargs)
+
+
+@register_model
+def crate_alpha_large_patch32_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-L/32: d=1024, K=16, L=24, 32x32 patches."""
+    return _build("crate_alpha_large_patch32_224", pretrained, dict(patch_size=32, **_LARGE), kwargs)
+
+
+@register_model
+def crate_alpha_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CPU-scale CRATE-alpha for 32x32 inputs, the sizes of ``CPU_SIZES['nano']``."""
+    return _build("crate_alpha_nano_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["nano"]), kwargs)
+
+
+@register_model
+def crate_alpha_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CPU-scale CRATE-alpha for 32x32 inputs, the sizes of ``CPU_SIZES['micro']``."""
+    return _build("crate_alpha_micro_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["micro"]), kwargs)

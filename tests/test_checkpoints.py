@@ -1,0 +1,140 @@
+"""Checkpoint conversion: official CRATE / CRATE-alpha layouts, Lightning and timm files, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from official_layouts import OfficialCRATE, OfficialCrateAlpha
+from safetensors.torch import save_file
+
+import crate  # noqa: F401
+from crate.models import CheckpointError
+
+
+def _load(name: str, path: Path, **kwargs) -> torch.nn.Module:
+    overlay = dict(file=str(path), **kwargs.pop("overlay", {}))
+    return timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs).eval()
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+@pytest.mark.parametrize("wrap", ["plain", "state_dict_module"])
+def test_official_crate_layout_gives_identical_logits(tmp_path: Path, wrap: str) -> None:
+    torch.manual_seed(0)
+    official = OfficialCRATE(image=32, patch=4, classes=10, dim=96, depth=4, heads=4).eval()
+    state = official.state_dict()
+    if wrap == "state_dict_module":
+        state = {"state_dict": {f"module.{k}": v for k, v in state.items()}}
+    torch.save(state, tmp_path / "official.pth")
+    ours = _load("crate_nano_patch4_32", tmp_path / "official.pth", num_classes=10)
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        assert _max_diff(ours(x), official(x)) <= 1e-5
+
+
+def test_official_crate_tiny_at_224_gives_identical_logits(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    official = OfficialCRATE(image=224, patch=16, classes=1000, dim=384, depth=12, heads=6).eval()
+    assert sum(p.numel() for p in official.parameters()) == 6_090_856
+    torch.save(official.state_dict(), tmp_path / "crate_tiny.pth")
+    ours = _load("crate_tiny_patch16_224", tmp_path / "crate_tiny.pth")
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert _max_diff(ours(x), official(x)) <= 1e-5
+
+
+@pytest.mark.parametrize("conv_bias", [False, True])
+def test_official_crate_alpha_layout_gives_identical_logits(tmp_path: Path, conv_bias: bool) -> None:
+    torch.manual_seed(2)
+    official = OfficialCrateAlpha(
+        image=32, patch=4, classes=10, dim=96, depth=4, heads=4, conv_bias=conv_bias
+    )
+    official.eval()
+    torch.save(official.state_dict(), tmp_path / "alpha.pth")
+    ours = _load("crate_alpha_nano_patch4_32", tmp_path / "alpha.pth", num_classes=10)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert _max_diff(ours(x), official(x)) <= 1e-5
+
+
+def test_timm_safetensors_round_trip_and_pos_embed_resampling(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=5).eval()
+    save_file(model.state_dict(), str(tmp_path / "nano.safetensors"))
+    same = _load("crate_nano_patch4_32", tmp_path / "nano.safetensors", num_classes=5)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert _max_diff(same(x), model(x)) == 0.0
+    bigger = _load("crate_nano_patch4_32", tmp_path / "nano.safetensors", num_classes=5, img_size=48)
+    assert bigger.pos_embed.shape == (1, 1 + 12 * 12, 96)
+    assert bigger(torch.randn(1, 3, 48, 48)).shape == (1, 5)
+
+
+def test_lightning_checkpoint_loads_into_timm(tmp_path: Path) -> None:
+    import lightning as L
+
+    from crate.lit import DigitsDataModule, ImageClassifier
+
+    torch.manual_seed(4)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=32)
+    trainer = L.Trainer(
+        max_steps=1, limit_val_batches=1, logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(module, DigitsDataModule(batch_size=8))
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    ours = _load("crate_nano_patch4_32", tmp_path / "run.ckpt", num_classes=10, in_chans=1)
+    x = torch.randn(2, 1, 32, 32)
+    module.eval()
+    with torch.no_grad():
+        assert _max_diff(ours(x), module(x)) == 0.0
+
+
+def test_head_reset_keeps_the_body(tmp_path: Path) -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10)
+    torch.save(model.state_dict(), tmp_path / "ten.pth")
+    reset = _load("crate_nano_patch4_32", tmp_path / "ten.pth", num_classes=3, overlay=dict(num_classes=10))
+    assert reset.head.out_features == 3
+    torch.testing.assert_close(reset.blocks[0].ista.weight, model.blocks[0].ista.weight)
+
+
+def test_num_classes_mismatch_without_head_reset_is_a_clear_error(tmp_path: Path) -> None:
+    torch.save(timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict(), tmp_path / "ten.pth")
+    with pytest.raises(CheckpointError, match=r"head has 10 classes.*num_classes=3.*num_classes=10"):
+        _load("crate_nano_patch4_32", tmp_path / "ten.pth", num_classes=3)
+
+
+def test_checkpoint_of_another_architecture_is_a_clear_error(tmp_path: Path) -> None:
+    torch.save(
+        timm.create_model("crate_micro_patch4_32", num_classes=10).state_dict(), tmp_path / "micro.pth"
+    )
+    with pytest.raises(CheckpointError, match=r"does not fit .*another architecture"):
+        _load("crate_nano_patch4_32", tmp_path / "micro.pth", num_classes=10)
+
+
+def test_checkpoint_with_missing_keys_is_a_clear_error(tmp_path: Path) -> None:
+    state = timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict()
+    del state["blocks.2.ista.weight"]
+    torch.save(state, tmp_path / "partial.pth")
+    with pytest.raises(CheckpointError, match=r"missing \['blocks.2.ista.weight'\]"):
+        _load("crate_nano_patch4_32", tmp_path / "partial.pth", num_classes=10)
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_corrupt_or_truncated_file_is_a_clear_error(tmp_path: Path, suffix: str) -> None:
+    good = tmp_path / f"good{suffix}"
+    state = timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict()
+    save_file(state, str(good)) if suffix == ".safetensors" else torch.save(state, good)
+    bad = tmp_path / f"bad{suffix}"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    with pytest.raises(CheckpointError, match=r"bad.* (corrupt|not a valid)"):
+        _load("crate_nano_patch4_32", bad, num_classes=10)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"does not exist"):
+        _load("crate_nano_patch4_32", tmp_path / "nowhere.pth", num_classes=10)

@@ -1,0 +1,121 @@
+"""The generic checks of timm's own tests/test_models.py, over every model of the zoo."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import timm
+import timm.optim
+import torch
+
+import crate  # noqa: F401
+
+ZOO = sorted(
+    set(timm.list_models("crate_*")) | set(timm.list_models("vit_nano_patch4_32")) | {"vit_micro_patch4_32"}
+)
+
+
+def _small_size(name: str) -> int:
+    """Two patches a side for the ImageNet-size members (fast on CPU), the native 32 for the others."""
+    return 2 * int(re.search(r"patch(\d+)", name).group(1)) if name.endswith("_224") else 32
+
+
+def _build(name: str, **kwargs) -> torch.nn.Module:
+    """The registered model at a small image size; the 24-layer members with 4 of their layers, which runs
+    every code path of the API checks below at a sixth of the cost (their full sizes: test_models.py)."""
+    torch.manual_seed(0)
+    if "large" in name:
+        kwargs.setdefault("depth", 4)
+    return timm.create_model(name, img_size=_small_size(name), **kwargs)
+
+
+def test_the_zoo_is_complete() -> None:
+    alpha = {
+        "crate_alpha_small_patch16_224",
+        "crate_alpha_base_patch16_224",
+        "crate_alpha_base_patch32_224",
+        "crate_alpha_base_patch8_224",
+        "crate_alpha_large_patch14_224",
+        "crate_alpha_large_patch32_224",
+        "crate_alpha_nano_patch4_32",
+        "crate_alpha_micro_patch4_32",
+    }
+    assert alpha <= set(ZOO) and len(ZOO) == 17
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_forward_backward_and_default_cfg(name: str) -> None:
+    size = _small_size(name)
+    model = _build(name, num_classes=5)
+    x = torch.randn(2, 3, size, size)
+    out = model(x)
+    assert out.shape == (2, 5)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters()), "a parameter got no gradient"
+
+    cfg = model.pretrained_cfg
+    state = model.state_dict()
+    assert cfg["classifier"] + ".weight" in state
+    assert cfg["first_conv"] + ".weight" in state
+    assert model.get_classifier() is model.get_submodule(cfg["classifier"])
+    features = model.forward_features(x)
+    assert features.shape[-1] == model.num_features
+    assert model.forward_head(features, pre_logits=True).shape == (2, model.num_features)
+
+    model.reset_classifier(0)
+    assert model(x).shape == (2, model.num_features)
+    model.reset_classifier(7, global_pool="avg")
+    assert model(x).shape == (2, 7)
+
+    assert {"pos_embed", "cls_token"} <= set(model.no_weight_decay())
+    groups = model.group_matcher()
+    assert "stem" in groups and "blocks" in groups
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_forward_intermediates_and_features_only(name: str) -> None:
+    size = _small_size(name)
+    model = _build(name, num_classes=0).eval()
+    x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        final, intermediates = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x))
+        depth = len(model.blocks)
+        assert len(intermediates) == depth
+        grid = size // model.patch_embed.patch_size[0]
+        assert intermediates[-1].shape == (2, model.num_features, grid, grid)
+        nlc = model.forward_intermediates(x, indices=2, output_fmt="NLC", intermediates_only=True)
+        assert len(nlc) == 2 and nlc[0].shape == (2, grid * grid, model.num_features)
+
+    features = _build(name, features_only=True, out_indices=(0, -1)).eval()
+    with torch.no_grad():
+        maps = features(x)
+    assert [m.shape[1] for m in maps] == features.feature_info.channels()
+    assert all(m.shape[-2:] == (grid, grid) for m in maps)
+
+    kept = model.prune_intermediate_layers(indices=1)
+    assert kept == [depth - 1] and len(model.blocks) == depth
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_gradient_checkpointing_gives_the_same_outputs(name: str) -> None:
+    size = _small_size(name)
+    model = _build(name, num_classes=3).eval()
+    x = torch.randn(2, 3, size, size)
+    reference = model(x)
+    model.set_grad_checkpointing(True)
+    checkpointed = model(x)
+    torch.testing.assert_close(checkpointed, reference, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "vit_nano_patch4_32"])
+def test_timm_data_config_and_layer_decay_optimizer(name: str) -> None:
+    model = timm.create_model(name, num_classes=10)
+    config = timm.data.resolve_data_config({}, model=model)
+    assert config["input_size"] == (3, 32, 32)
+    optimizer = timm.optim.create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05, layer_decay=0.75)
+    scales = {group.get("lr_scale", 1.0) for group in optimizer.param_groups}
+    assert len(scales) > 2 and max(scales) == 1.0  # earlier layers get smaller learning rates
+    covered = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+    assert covered == sum(p.numel() for p in model.parameters())
