@@ -152,9 +152,9 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
         theirs, ours = state_dict["head.weight"].shape[0], own["head.weight"].shape[0]
         if theirs != ours:
             raise CheckpointError(
-                f"the checkpoint's head has {theirs} classes but the model was built with num_classes={ours}. "
-                f"Build it with num_classes={theirs}, or reset the head: pass "
-                f"pretrained_cfg_overlay=dict(file=..., num_classes={theirs}) together with num_classes={ours}."
+                f"the checkpoint's head has {theirs} classes but the model was built with "
+                f"num_classes={ours}. Build it with num_classes={theirs}, or reset the head: pass "
+                f"pretrained_cfg_overlay=dict(file=..., num_classes={theirs}) with num_classes={ours}."
             )
     wrong = [
         f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}"
