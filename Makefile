@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint clean
+.PHONY: setup train test lint clean checkpoints
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,3 +26,17 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) lightning_logs logs *.egg-info
+
+# The checkpoints that ship in checkpoints/ (pretrained tags <model>.digits): train each on the embedded
+# digits with the default recipe (the ViT twins with theirs), then export the final weights with a card.
+SHIPPED ?= crate_nano_patch4_32 crate_alpha_nano_patch4_32 vit_nano_patch4_32 \
+	crate_micro_patch4_32 crate_alpha_micro_patch4_32 vit_micro_patch4_32
+checkpoints: $(STAMP)
+	set -e; for m in $(SHIPPED); do \
+	  case $$m in vit_*) cfg=configs/vit_nano_digits.yaml;; *) cfg=configs/crate_nano_digits.yaml;; esac; \
+	  cmd="python train.py fit --config $$cfg --model.model_name $$m --run_name $$m.digits --log_root logs/zoo"; \
+	  rm -rf logs/zoo/$$m.digits; \
+	  $(VENV)/bin/$$cmd --trainer.enable_progress_bar false; \
+	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt \
+	    --out checkpoints/$$m.digits.safetensors --train-command "$$cmd"; \
+	done

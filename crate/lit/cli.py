@@ -31,7 +31,8 @@ class CrateCLI(LightningCLI):
     """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules.
 
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
-    a ``checkpoint`` section (best by ``val/acc`` and last), a ``rate_monitor`` section (the
+    ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state, linked as
+    ``last.ckpt``) sections, a ``rate_monitor`` section (the
     :class:`CodingRateMonitor`, on by default), and links the data's ``num_classes``,
     ``in_chans`` and ``img_size`` to the model.
     """
@@ -39,14 +40,23 @@ class CrateCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_name", type=str, default="run", help="Name of the run's log folder.")
         parser.add_argument("--log_root", type=str, default="logs", help="Folder that holds all runs.")
+        # Two checkpoint callbacks: the best by val/acc, and the latest state (last.ckpt links to it).
+        # Lightning's save_last refreshes last.ckpt only when a top-k file is written, so with a monitor
+        # it would stay at the best epoch; the second callback keeps it current for --ckpt_path last.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ModelCheckpoint, "latest_checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
                 "checkpoint.mode": "max",
-                "checkpoint.save_last": True,
+                "checkpoint.save_last": False,
                 "checkpoint.filename": "best-epoch{epoch:03d}-acc{val/acc:.4f}",
                 "checkpoint.auto_insert_metric_name": False,
+                "latest_checkpoint.monitor": None,
+                "latest_checkpoint.save_top_k": 1,
+                "latest_checkpoint.save_last": "link",
+                "latest_checkpoint.filename": "latest-epoch{epoch:03d}-step{step:06d}",
+                "latest_checkpoint.auto_insert_metric_name": False,
             }
         )
         parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")

@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from crate.layers import ISTA, MSSA, PatchEmbed
 
 from .convert import checkpoint_errors, checkpoint_filter_fn
+from .shipped import digits_cfg
 
 __all__ = ["CRATE", "CrateBlock"]
 
@@ -287,8 +288,10 @@ default_cfgs = generate_default_cfgs(
         "crate_base_patch16_224": crate_cfg(),
         "crate_large_patch16_224": crate_cfg(),
         "crate_base_patch8_224": crate_cfg(),
-        "crate_nano_patch4_32": cpu_cfg(),
-        "crate_micro_patch4_32": cpu_cfg(),
+        "crate_nano_patch4_32.digits": digits_cfg("crate_nano_patch4_32", cpu_cfg()),
+        "crate_nano_patch4_32.*": cpu_cfg(),
+        "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
+        "crate_micro_patch4_32.*": cpu_cfg(),
     }
 )
 

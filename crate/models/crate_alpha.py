@@ -19,6 +19,7 @@ from torch import nn
 from crate.layers import MSSA, ConvPatchEmbed, OvercompleteISTA
 
 from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
+from .shipped import digits_cfg
 
 __all__ = ["CrateAlphaBlock"]
 
@@ -65,8 +66,10 @@ default_cfgs = generate_default_cfgs(
         "crate_alpha_base_patch8_224": crate_cfg(),
         "crate_alpha_large_patch14_224": crate_cfg(),
         "crate_alpha_large_patch32_224": crate_cfg(),
-        "crate_alpha_nano_patch4_32": cpu_cfg(),
-        "crate_alpha_micro_patch4_32": cpu_cfg(),
+        "crate_alpha_nano_patch4_32.digits": digits_cfg("crate_alpha_nano_patch4_32", cpu_cfg()),
+        "crate_alpha_nano_patch4_32.*": cpu_cfg(),
+        "crate_alpha_micro_patch4_32.digits": digits_cfg("crate_alpha_micro_patch4_32", cpu_cfg()),
+        "crate_alpha_micro_patch4_32.*": cpu_cfg(),
     }
 )
 

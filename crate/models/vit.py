@@ -16,6 +16,7 @@ from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoin
 from crate.layers import check_image_input
 
 from .crate import CPU_SIZES, cpu_cfg
+from .shipped import digits_cfg
 
 __all__ = ["ViTTwin"]
 
@@ -42,8 +43,10 @@ def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> V
 
 default_cfgs = generate_default_cfgs(
     {
-        "vit_nano_patch4_32": cpu_cfg(),
-        "vit_micro_patch4_32": cpu_cfg(),
+        "vit_nano_patch4_32.digits": digits_cfg("vit_nano_patch4_32", cpu_cfg()),
+        "vit_nano_patch4_32.*": cpu_cfg(),
+        "vit_micro_patch4_32.digits": digits_cfg("vit_micro_patch4_32", cpu_cfg()),
+        "vit_micro_patch4_32.*": cpu_cfg(),
     }
 )
 

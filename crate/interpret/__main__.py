@@ -1,0 +1,64 @@
+"""``python -m crate.interpret`` (also ``crate-interpret``): any checkpoint to numbers and pictures.
+
+    python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH --data digits --out DIR \\
+        --compare vit_nano_patch4_32 PATH2
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from crate.models import CheckpointError
+
+from .loading import load_data, load_model
+from .report import write_report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="crate-interpret", description="Interpretability evaluation of a checkpoint."
+    )
+    parser.add_argument("--model", required=True, help="timm model name, or a pretrained tag (NAME.digits)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)"
+    )
+    parser.add_argument(
+        "--data", default="digits", help="'digits' or a train.py YAML config (its data section)"
+    )
+    parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare"
+    )
+    parser.add_argument("--eps", type=float, default=0.5, help="distortion eps of the coding rates")
+    parser.add_argument("--convention", choices=("paper", "official"), default="paper")
+    parser.add_argument(
+        "--probe-images", type=int, default=128, help="validation images for rates and lenses"
+    )
+    parser.add_argument(
+        "--images", type=int, default=4, help="dataset images in the attention and PCA figures"
+    )
+    args = parser.parse_args(argv)
+    pairs = [(args.model, args.checkpoint)] + ([tuple(args.compare)] if args.compare else [])
+    try:
+        models = {}
+        for name, checkpoint in pairs:
+            model = load_model(name, None if checkpoint in (None, "-") else checkpoint)
+            label = name if name not in models else f"{name} (2)"
+            models[label] = (model, load_data(args.data, model))
+        results = write_report(
+            models,
+            args.out,
+            images=args.images,
+            eps=args.eps,
+            convention=args.convention,
+            probe_images=args.probe_images,
+        )
+    except (FileNotFoundError, CheckpointError, ValueError) as err:
+        parser.exit(2, f"crate-interpret: error: {err}\n")
+    for label, result in results.items():
+        print(f"{label}: val accuracy {result['val_accuracy']:.4f}")
+    print(f"wrote {args.out}/report.md, metrics.json and figures")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Export of Lightning checkpoints to safetensors with a card, and the checkpoints that ship as timm tags."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import timm
+import tomllib
+import torch
+import yaml
+
+import crate  # noqa: F401
+from crate.data.digits import load_digits_tensors
+from crate.export import digits_accuracy, export_checkpoint, main
+from crate.lit import DigitsDataModule, ImageClassifier
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = [
+    "crate_nano_patch4_32",
+    "crate_alpha_nano_patch4_32",
+    "vit_nano_patch4_32",
+    "crate_micro_patch4_32",
+    "crate_alpha_micro_patch4_32",
+    "vit_micro_patch4_32",
+]
+
+
+@pytest.fixture(scope="module")
+def lightning_run(tmp_path_factory) -> tuple[Path, ImageClassifier]:
+    """A run folder as train.py leaves it: checkpoints/last.ckpt and config.yaml (digits)."""
+    run = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=32, warmup_epochs=0)
+    trainer = L.Trainer(max_steps=15, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DigitsDataModule(batch_size=32))
+    (run / "checkpoints").mkdir()
+    trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
+    config = {
+        "seed_everything": 0,
+        "data": {"class_path": "crate.lit.DigitsDataModule", "init_args": {"img_size": 32}},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run, module.eval()
+
+
+def test_export_writes_a_loadable_file_and_an_honest_card(lightning_run, tmp_path: Path) -> None:
+    run, module = lightning_run
+    out = tmp_path / "crate_nano_patch4_32.test.safetensors"
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", out, train_command="python train.py fit ...")
+    assert json.loads(out.with_suffix(".json").read_text()) == card
+    markdown = out.with_suffix(".md").read_text()
+    assert card["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest() and card["sha256"] in markdown
+    assert card["parameters"] == sum(p.numel() for p in module.model.parameters())
+    # The card's accuracy equals the accuracy of the trained module itself on the digits validation split.
+    _, val = load_digits_tensors(img_size=32, in_chans=1)
+    with torch.no_grad():
+        expected = (module(val.images).argmax(-1) == val.labels).float().mean().item()
+    assert card["val_accuracy"] == pytest.approx(expected, abs=1e-9)
+    loaded = timm.create_model(
+        "crate_nano_patch4_32",
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=str(out)),
+        num_classes=10,
+        in_chans=1,
+    ).eval()
+    x = val.images[:4]
+    with torch.no_grad():
+        assert torch.equal(loaded(x), module(x))
+
+
+def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, capsys) -> None:
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "plain.pth")
+    (tmp_path / "broken.ckpt").write_bytes(b"not a checkpoint")
+    cases = [
+        (tmp_path / "missing.ckpt", "does not exist"),
+        (tmp_path / "broken.ckpt", "corrupt"),
+        (tmp_path / "plain.pth", "not a Lightning checkpoint"),
+    ]
+    for path, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(path), "--out", str(tmp_path / "x.safetensors")])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_checkpoint_loads_offline_and_reproduces_its_card(name: str) -> None:
+    card_path = REPO / "checkpoints" / f"{name}.digits.json"
+    assert card_path.is_file(), f"checkpoints/{name}.digits.json is missing: run `make checkpoints`"
+    card = json.loads(card_path.read_text())
+    model = timm.create_model(f"{name}.digits", pretrained=True)
+    assert model.num_classes == 10 and card["val_accuracy"] >= 0.9
+    assert digits_accuracy(model) == card["val_accuracy"]
+    file = REPO / "checkpoints" / card["file"]
+    assert hashlib.sha256(file.read_bytes()).hexdigest() == card["sha256"]
+
+
+def test_every_subpackage_is_packaged() -> None:
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "crate").rglob("__init__.py")
+    } | {"crate.checkpoints"}
+    assert found == listed
