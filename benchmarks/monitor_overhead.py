@@ -30,9 +30,7 @@ def fit_seconds(config: str, monitor: bool, extra: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(REPO / "configs" / "crate_nano_digits.yaml"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("extra", nargs="*", help="further train.py overrides, e.g. --trainer.max_epochs=10")

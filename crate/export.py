@@ -37,9 +37,7 @@ def _read_lightning_checkpoint(path: Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(
-            f"cannot read {path}: corrupt, truncated or not a torch checkpoint ({err})"
-        ) from err
+        raise CheckpointError(f"cannot read {path}: corrupt, truncated or not a torch checkpoint ({err})") from err
     hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}
     if "model_name" not in hparams or "state_dict" not in checkpoint:
         raise CheckpointError(
@@ -175,12 +173,8 @@ def export_checkpoint(ckpt: str | Path, out: str | Path, train_command: str = ""
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", help="a .ckpt written by train.py")
-    parser.add_argument(
-        "--out", required=True, help="the .safetensors file to write (card written next to it)"
-    )
-    parser.add_argument(
-        "--train-command", default="", help="the command that trained the checkpoint, for the card"
-    )
+    parser.add_argument("--out", required=True, help="the .safetensors file to write (card written next to it)")
+    parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
     args = parser.parse_args(argv)
     try:
         card = export_checkpoint(args.checkpoint, args.out, args.train_command)

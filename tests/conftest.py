@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_train(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``train.py`` in a subprocess, as a user would, and return the finished process."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "tests"))
     return subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,

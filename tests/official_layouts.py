@@ -62,9 +62,7 @@ class OfficialISTA(nn.Module):
 
 
 class OfficialCRATE(nn.Module):
-    def __init__(
-        self, image: int, patch: int, classes: int, dim: int, depth: int, heads: int, chans: int = 3
-    ):
+    def __init__(self, image: int, patch: int, classes: int, dim: int, depth: int, heads: int, chans: int = 3):
         super().__init__()
         patch_dim = chans * patch * patch
         self.to_patch_embedding = nn.Sequential(

@@ -51,9 +51,7 @@ def test_official_crate_tiny_at_224_gives_identical_logits(tmp_path: Path) -> No
 @pytest.mark.parametrize("conv_bias", [False, True])
 def test_official_crate_alpha_layout_gives_identical_logits(tmp_path: Path, conv_bias: bool) -> None:
     torch.manual_seed(2)
-    official = OfficialCrateAlpha(
-        image=32, patch=4, classes=10, dim=96, depth=4, heads=4, conv_bias=conv_bias
-    )
+    official = OfficialCrateAlpha(image=32, patch=4, classes=10, dim=96, depth=4, heads=4, conv_bias=conv_bias)
     official.eval()
     torch.save(official.state_dict(), tmp_path / "alpha.pth")
     ours = _load("crate_alpha_nano_patch4_32", tmp_path / "alpha.pth", num_classes=10)
@@ -109,9 +107,7 @@ def test_num_classes_mismatch_without_head_reset_is_a_clear_error(tmp_path: Path
 
 
 def test_checkpoint_of_another_architecture_is_a_clear_error(tmp_path: Path) -> None:
-    torch.save(
-        timm.create_model("crate_micro_patch4_32", num_classes=10).state_dict(), tmp_path / "micro.pth"
-    )
+    torch.save(timm.create_model("crate_micro_patch4_32", num_classes=10).state_dict(), tmp_path / "micro.pth")
     with pytest.raises(CheckpointError, match=r"does not fit .*another architecture"):
         _load("crate_nano_patch4_32", tmp_path / "micro.pth", num_classes=10)
 

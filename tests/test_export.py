@@ -102,7 +102,7 @@ def test_shipped_checkpoint_loads_offline_and_reproduces_its_card(name: str) -> 
 
 def test_every_subpackage_is_packaged() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {
-        ".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "crate").rglob("__init__.py")
-    } | {"crate.checkpoints"}
+    found = {".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "crate").rglob("__init__.py")} | {
+        "crate.checkpoints"
+    }
     assert found == listed

@@ -12,9 +12,7 @@ from crate.layers import ISTA, MSSA, subspace_attention
 from crate.models.crate import CrateBlock
 
 
-def mssa_literal(
-    Z: torch.Tensor, U: list[torch.Tensor], W_o: torch.Tensor, b_o: torch.Tensor
-) -> torch.Tensor:
+def mssa_literal(Z: torch.Tensor, U: list[torch.Tensor], W_o: torch.Tensor, b_o: torch.Tensor) -> torch.Tensor:
     """MSSA(Z) = W_o [U_1^T Z softmax((U_1^T Z)^T (U_1^T Z) / sqrt(p)); ...] + b_o, tokens as columns."""
     heads = []
     for U_k in U:

@@ -11,9 +11,7 @@ import torch
 
 import crate  # noqa: F401
 
-ZOO = sorted(
-    set(timm.list_models("crate_*")) | set(timm.list_models("vit_nano_patch4_32")) | {"vit_micro_patch4_32"}
-)
+ZOO = sorted(set(timm.list_models("crate_*")) | set(timm.list_models("vit_nano_patch4_32")) | {"vit_micro_patch4_32"})
 
 
 def _small_size(name: str) -> int:

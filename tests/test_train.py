@@ -104,9 +104,7 @@ def test_image_folder_config_trains_on_a_user_folder(tmp_path: Path) -> None:
     ],
 )
 def test_bad_command_line_gets_a_clear_error(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = run_train(
-        "fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *args
-    )
+    proc = run_train("fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *args)
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not (tmp_path / "crate_nano_digits").exists() or not list(tmp_path.rglob("*.ckpt"))

@@ -15,28 +15,16 @@ from .report import write_report
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="crate-interpret", description="Interpretability evaluation of a checkpoint."
-    )
+    parser = argparse.ArgumentParser(prog="crate-interpret", description="Interpretability evaluation of a checkpoint.")
     parser.add_argument("--model", required=True, help="timm model name, or a pretrained tag (NAME.digits)")
-    parser.add_argument(
-        "--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)"
-    )
-    parser.add_argument(
-        "--data", default="digits", help="'digits' or a train.py YAML config (its data section)"
-    )
+    parser.add_argument("--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)")
+    parser.add_argument("--data", default="digits", help="'digits' or a train.py YAML config (its data section)")
     parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
-    parser.add_argument(
-        "--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare"
-    )
+    parser.add_argument("--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare")
     parser.add_argument("--eps", type=float, default=0.5, help="distortion eps of the coding rates")
     parser.add_argument("--convention", choices=("paper", "official"), default="paper")
-    parser.add_argument(
-        "--probe-images", type=int, default=128, help="validation images for rates and lenses"
-    )
-    parser.add_argument(
-        "--images", type=int, default=4, help="dataset images in the attention and PCA figures"
-    )
+    parser.add_argument("--probe-images", type=int, default=128, help="validation images for rates and lenses")
+    parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
     args = parser.parse_args(argv)
     pairs = [(args.model, args.checkpoint)] + ([tuple(args.compare)] if args.compare else [])
     try:

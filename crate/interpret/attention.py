@@ -39,9 +39,7 @@ def _kernel(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def layer_attention(
-    model: nn.Module, images: torch.Tensor, layers: list[int] | None = None
-) -> list[LayerAttention]:
+def layer_attention(model: nn.Module, images: torch.Tensor, layers: list[int] | None = None) -> list[LayerAttention]:
     """Kernels and attention maps of the chosen layers (all by default) of a CRATE or timm ViT."""
     blocks = transformer_blocks(model)
     chosen = set(range(len(blocks)) if layers is None else [i % len(blocks) for i in layers])

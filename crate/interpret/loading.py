@@ -29,9 +29,7 @@ def _peek(path: Path) -> dict[str, torch.Tensor]:
     except FileNotFoundError as err:
         raise FileNotFoundError(f"checkpoint {path} does not exist") from err
     except Exception as err:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: corrupt, truncated or not a checkpoint ({err})"
-        ) from err
+        raise CheckpointError(f"cannot read checkpoint {path}: corrupt, truncated or not a checkpoint ({err})") from err
     if any(k.startswith("model.") for k in state):
         state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
     return state
@@ -69,11 +67,7 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
         # flat patch embeddings: in_chans = patch_dim / p^2, with p from the architecture
         probe = timm.create_model(name, num_classes=0)
         patch = probe.patch_embed.patch_size
-        key = (
-            "patch_embed.norm_in.weight"
-            if "patch_embed.norm_in.weight" in state
-            else "to_patch_embedding.1.weight"
-        )
+        key = "patch_embed.norm_in.weight" if "patch_embed.norm_in.weight" in state else "to_patch_embedding.1.weight"
         if key in state:
             in_chans = int(state[key].shape[0]) // (patch[0] * patch[1])
     if in_chans is not None:
@@ -100,9 +94,7 @@ def model_in_chans(model: torch.nn.Module) -> int:
 class EvalData:
     """Images (normalised as in training) and labels of a train and a validation split."""
 
-    def __init__(
-        self, name: str, train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor]
-    ):
+    def __init__(self, name: str, train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor]):
         self.name = name
         self.train_images, self.train_labels = train
         self.val_images, self.val_labels = val
@@ -135,15 +127,11 @@ def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000) -> Ev
     return EvalData(path.stem, _stack(datamodule.train_set, limit), _stack(datamodule.val_set, limit))
 
 
-def sample_photographs(
-    model: torch.nn.Module, mean: float = 0.5, std: float = 0.5
-) -> tuple[torch.Tensor, np.ndarray]:
+def sample_photographs(model: torch.nn.Module, mean: float = 0.5, std: float = 0.5) -> tuple[torch.Tensor, np.ndarray]:
     """scikit-learn's bundled photographs resized to the model's input, and as RGB arrays for display."""
     images = np.stack(load_sample_images().images).astype(np.float32) / 255.0  # (2, H, W, 3)
     size = model.patch_embed.img_size
-    rgb = F.interpolate(
-        torch.from_numpy(images).permute(0, 3, 1, 2), size=size, mode="bilinear", antialias=True
-    )
+    rgb = F.interpolate(torch.from_numpy(images).permute(0, 3, 1, 2), size=size, mode="bilinear", antialias=True)
     in_chans = model_in_chans(model)
     cfg = getattr(model, "pretrained_cfg", {})
     mean_t = torch.tensor(cfg.get("mean", (mean,) * in_chans)).view(1, -1, 1, 1)

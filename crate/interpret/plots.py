@@ -69,9 +69,7 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
     )
     for (label, result), marker in zip(results.items(), MARKERS, strict=False):
         for axis, key in zip(axes, keys, strict=True):
-            values = [
-                np.mean(layer[key]) if layer[key] is not None else np.nan for layer in result["attention"]
-            ]
+            values = [np.mean(layer[key]) if layer[key] is not None else np.nan for layer in result["attention"]]
             axis.plot(_layers(values), values, marker=marker, label=label)
     for axis, title in zip(axes, titles, strict=True):
         axis.set(title=title, xlabel="layer l")

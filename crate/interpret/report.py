@@ -85,12 +85,8 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
             ]
         ),
         "sparsity after the last ISTA/MLP step": lambda r: last(r["layerwise"]["sparsity_after_mlp"]),
-        "kernel asymmetry (mean over layers, heads)": lambda r: mean(
-            [np.mean(a["asymmetry"]) for a in r["attention"]]
-        ),
-        "negative eigenvalue mass (mean)": lambda r: mean(
-            [np.mean(a["negative_mass"]) for a in r["attention"]]
-        ),
+        "kernel asymmetry (mean over layers, heads)": lambda r: mean([np.mean(a["asymmetry"]) for a in r["attention"]]),
+        "negative eigenvalue mass (mean)": lambda r: mean([np.mean(a["negative_mass"]) for a in r["attention"]]),
         "head redundancy (mean over layers)": lambda r: mean([a["redundancy"] for a in r["attention"]]),
         "mean head subspace coherence (last layer)": lambda r: last(r["geometry"]["mean_head_coherence"]),
         "linear probe, last layer": lambda r: last(r["linear_probe_accuracy"]),

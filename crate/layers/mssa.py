@@ -62,9 +62,7 @@ class MSSA(nn.Module):
         super().__init__()
         if head_dim is None:
             if dim % num_heads != 0:
-                raise ValueError(
-                    f"dim={dim} is not divisible by num_heads={num_heads}; pass head_dim explicitly"
-                )
+                raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}; pass head_dim explicitly")
             head_dim = dim // num_heads
         self.num_heads = num_heads
         self.head_dim = head_dim

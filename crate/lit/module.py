@@ -57,6 +57,8 @@ class ImageClassifier(L.LightningModule):
         betas: the optimizer's betas.
         warmup_epochs: linear warmup length in epochs (fractions allowed), then cosine decay per step.
         label_smoothing: label smoothing of the cross-entropy loss.
+        grad_checkpointing: recompute activations in the backward pass (less memory, more compute),
+            for models with ``set_grad_checkpointing`` (all of the zoo and timm's transformers).
     """
 
     def __init__(
@@ -73,10 +75,15 @@ class ImageClassifier(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.999),
         warmup_epochs: float = 5.0,
         label_smoothing: float = 0.1,
+        grad_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = create_classifier(model_name, num_classes, in_chans, img_size, **(model_kwargs or {}))
+        if grad_checkpointing:
+            if not hasattr(self.model, "set_grad_checkpointing"):
+                raise ValueError(f"{model_name} does not support gradient checkpointing")
+            self.model.set_grad_checkpointing(True)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -95,9 +102,7 @@ class ImageClassifier(L.LightningModule):
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
-    def _eval_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy
-    ) -> None:
+    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy) -> None:
         images, targets = batch
         logits = self(images)
         self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", sync_dist=True)
@@ -113,6 +118,24 @@ class ImageClassifier(L.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self(images).softmax(dim=-1)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""
+        own = self.state_dict()
+        wrong = [
+            f"{k}: checkpoint {tuple(v.shape)}, this run {tuple(own[k].shape)}"
+            for k, v in checkpoint.get("state_dict", {}).items()
+            if k in own and tuple(v.shape) != tuple(own[k].shape)
+        ]
+        if wrong:
+            saved = checkpoint.get("hyper_parameters", {})
+            raise ValueError(
+                f"the checkpoint does not fit this run's model ({'; '.join(wrong[:3])}). It was trained with "
+                f"model_name={saved.get('model_name')!r}, num_classes={saved.get('num_classes')}, "
+                f"in_chans={saved.get('in_chans')}, img_size={saved.get('img_size')}. Resume it with the same "
+                "model and data, or start a new run that loads its weights through timm "
+                "(pretrained_cfg_overlay with a head reset) to fine-tune on other classes."
+            )
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

@@ -27,12 +27,8 @@ def layer_rate_values(
     for index, rep in enumerate(layer_representations(model, images)):
         U = rep.subspaces
         values[f"rate/R/layer_{index}"] = coding_rate(rep.z_in, eps, convention).mean().item()
-        values[f"rate/Rc_before_mssa/layer_{index}"] = (
-            compression_rate(rep.z_in, U, eps, convention).mean().item()
-        )
-        values[f"rate/Rc_after_mssa/layer_{index}"] = (
-            compression_rate(rep.z_half, U, eps, convention).mean().item()
-        )
+        values[f"rate/Rc_before_mssa/layer_{index}"] = compression_rate(rep.z_in, U, eps, convention).mean().item()
+        values[f"rate/Rc_after_mssa/layer_{index}"] = compression_rate(rep.z_half, U, eps, convention).mean().item()
         if rep.sparse_output:
             values[f"rate/sparsity_after_ista/layer_{index}"] = sparsity(rep.z_out).mean().item()
     return values
@@ -114,6 +110,10 @@ class CodingRateMonitor(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
             return
+        if "FSDP" in type(trainer.strategy).__name__:
+            rank_zero_warn("CodingRateMonitor switched off under FSDP: the subspaces are sharded across processes")
+            self.enabled = False
+            return
         try:
             transformer_blocks(pl_module.model)
         except (TypeError, AttributeError) as err:
@@ -122,11 +122,7 @@ class CodingRateMonitor(Callback):
 
     def _probe_images(self, trainer: L.Trainer) -> torch.Tensor:
         if self._probe is None:
-            loader = (
-                trainer.datamodule.val_dataloader()
-                if trainer.datamodule is not None
-                else trainer.val_dataloaders
-            )
+            loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else trainer.val_dataloaders
             dataset = loader.dataset
             count = min(self.probe_size, len(dataset))
             self._probe = torch.stack([dataset[index][0] for index in range(count)])
@@ -150,9 +146,7 @@ class CodingRateMonitor(Callback):
             logger.log_metrics(values, step=trainer.global_step)
             if figure and isinstance(logger, TensorBoardLogger):
                 title = f"{type(pl_module.model).__name__}, step {trainer.global_step}"
-                logger.experiment.add_figure(
-                    "rate/curves", rate_curves_figure(values, title), trainer.global_step
-                )
+                logger.experiment.add_figure("rate/curves", rate_curves_figure(values, title), trainer.global_step)
         self.last_step = trainer.global_step
 
     def on_train_batch_end(

@@ -58,9 +58,7 @@ class SparseRateReduction(MeanOverSamples):
 
     higher_is_better = True
 
-    def __init__(
-        self, eps: float = 0.5, lam: float = 0.1, convention: Convention = "paper", **kwargs: Any
-    ) -> None:
+    def __init__(self, eps: float = 0.5, lam: float = 0.1, convention: Convention = "paper", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.eps = eps
         self.lam = lam

@@ -36,9 +36,7 @@ class LayerRepresentation:
 def transformer_blocks(model: nn.Module) -> nn.Sequential:
     """The sequence of transformer blocks of a CRATE or timm ViT, with a clear error for other models."""
     blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.Sequential) or not all(
-        hasattr(b, "norm2") and hasattr(b, "attn") for b in blocks
-    ):
+    if not isinstance(blocks, nn.Sequential) or not all(hasattr(b, "norm2") and hasattr(b, "attn") for b in blocks):
         raise TypeError(
             f"{type(model).__name__} has no transformer blocks with `attn` and `norm2`; "
             "per-layer representations are defined for CRATE and ViT models"

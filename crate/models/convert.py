@@ -47,9 +47,7 @@ def detect_layout(state_dict: Mapping[str, Any]) -> str:
     """``crate_official``, ``crate_alpha_official`` or ``timm`` (the zoo's own)."""
     if any(k.startswith("to_patch_embedding.") for k in state_dict):
         return "crate_official"
-    if "conv1.weight" in state_dict and any(
-        re.match(r"transformer\.layers\.\d+\.1\.fn\.D1?$", k) for k in state_dict
-    ):
+    if "conv1.weight" in state_dict and any(re.match(r"transformer\.layers\.\d+\.1\.fn\.D1?$", k) for k in state_dict):
         return "crate_alpha_official"
     return "timm"
 
@@ -145,9 +143,7 @@ def _resample_pos_embed(state_dict: dict[str, torch.Tensor], model: nn.Module) -
 
 def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> None:
     own = model.state_dict()
-    head_reset = (
-        getattr(model, "pretrained_cfg", {}).get("num_classes", model.num_classes) != model.num_classes
-    )
+    head_reset = getattr(model, "pretrained_cfg", {}).get("num_classes", model.num_classes) != model.num_classes
     if "head.weight" in state_dict and "head.weight" in own and not head_reset:
         theirs, ours = state_dict["head.weight"].shape[0], own["head.weight"].shape[0]
         if theirs != ours:
@@ -205,12 +201,8 @@ def checkpoint_errors(variant: str, pretrained: bool, kwargs: Mapping[str, Any])
         ) from err
     except RuntimeError as err:
         text = str(err)
-        if path is not None and any(
-            s in text for s in ("zip archive", "PytorchStreamReader", "unpickl", "header")
-        ):
-            raise CheckpointError(
-                f"checkpoint file {path} is corrupt or truncated ({text.splitlines()[0]})"
-            ) from err
+        if path is not None and any(s in text for s in ("zip archive", "PytorchStreamReader", "unpickl", "header")):
+            raise CheckpointError(f"checkpoint file {path} is corrupt or truncated ({text.splitlines()[0]})") from err
         raise
     except Exception as err:  # safetensors raises its own error type
         if path is not None and type(err).__name__ == "SafetensorError":

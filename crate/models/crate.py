@@ -95,9 +95,7 @@ class CRATE(nn.Module):
         self.grad_checkpointing = False
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
 
-        self.patch_embed = embed_layer(
-            img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim
-        )
+        self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         num_patches = self.patch_embed.num_patches
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
@@ -118,9 +116,7 @@ class CRATE(nn.Module):
             ]
         )
         reduction = self.patch_embed.patch_size[0]
-        self.feature_info = [
-            dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)
-        ]
+        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
         self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
@@ -276,9 +272,7 @@ def crate_cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
 
 def cpu_cfg(**kwargs: Any) -> dict[str, Any]:
     """Configuration of the CPU-scale members: 32x32 inputs, no resize or crop."""
-    return crate_cfg(
-        input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs
-    )
+    return crate_cfg(input_size=(3, 32, 32), crop_pct=1.0, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), **kwargs)
 
 
 default_cfgs = generate_default_cfgs(

@@ -41,9 +41,7 @@ class CrateAlphaBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
-        self.attn = MSSA(
-            dim, num_heads, head_dim=head_dim, proj_bias=False, attn_drop=attn_drop, proj_drop=proj_drop
-        )
+        self.attn = MSSA(dim, num_heads, head_dim=head_dim, proj_bias=False, attn_drop=attn_drop, proj_drop=proj_drop)
         self.norm2 = norm_layer(dim)
         self.ista = OvercompleteISTA(dim, ratio=ratio, step_size=step_size, lambd=lambd)
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
+
+from crate.data import ResumableDataLoader, SeededTransformDataset
 
 __all__ = ["ImageDataModule"]
 
@@ -12,16 +17,23 @@ class ImageDataModule(L.LightningDataModule):
     """Base of the zoo's image DataModules.
 
     ``train.py`` links ``num_classes``, ``in_chans`` and ``img_size`` of the data to the model.
-    Subclasses set ``self.train_set`` and ``self.val_set`` in ``setup``; validation and test share a split.
+    Subclasses set ``self.train_set`` (without augmentation), ``self.train_transform`` and ``self.val_set``
+    in ``setup``; validation and test share a split. The training loader is resumable mid-epoch: sample
+    order and augmentation follow from (``seed``, epoch, position), and checkpoints record how many
+    batches of the epoch were consumed (:mod:`crate.data.resumable`).
     """
 
-    def __init__(self, img_size: int, batch_size: int, num_workers: int) -> None:
+    def __init__(self, img_size: int, batch_size: int, num_workers: int, seed: int = 0) -> None:
         super().__init__()
         self.img_size = img_size
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self.seed = seed
         self.train_set: Dataset | None = None
+        self.train_transform: Callable[[Any], Any] | None = None
         self.val_set: Dataset | None = None
+        self._train_loader: ResumableDataLoader | None = None
+        self._resume_state: dict[str, int] | None = None
 
     @property
     def num_classes(self) -> int:
@@ -43,8 +55,36 @@ class ImageDataModule(L.LightningDataModule):
             drop_last=False,
         )
 
+    def _batches_done(self) -> int:
+        """Batches of the current epoch the training loop has finished (0 outside a fit)."""
+        trainer = self.trainer
+        return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
+
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        if self.train_set is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are asked for")
+        self._train_loader = ResumableDataLoader(
+            SeededTransformDataset(self.train_set, self.train_transform),
+            batch_size=self.batch_size,
+            seed=self.seed,
+            batches_done=self._batches_done,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+        if self._resume_state is not None:
+            self._train_loader.load_state_dict(self._resume_state)
+        return self._train_loader
+
+    # The position in the training epoch travels in the DataModule's own checkpoint state: Lightning's
+    # loop-level loader state is not applied when the train loader was built before the restore (which
+    # happens whenever configure_optimizers asks for estimated_stepping_batches, as ours does).
+    def state_dict(self) -> dict[str, Any]:
+        return {"train_loader": self._train_loader.state_dict()} if self._train_loader is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume_state = state_dict.get("train_loader")
+        if self._resume_state is not None and self._train_loader is not None:
+            self._train_loader.load_state_dict(self._resume_state)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)

@@ -37,6 +37,7 @@ class CIFARDataModule(ImageDataModule):
         dataset: ``cifar10`` or ``cifar100``.
         download: fetch the data when it is not under ``root`` (needs network).
         img_size: images are resized from 32 to this side when it differs.
+        seed: seed of the training order and augmentation.
     """
 
     def __init__(
@@ -47,8 +48,9 @@ class CIFARDataModule(ImageDataModule):
         img_size: int = 32,
         batch_size: int = 128,
         num_workers: int = 2,
+        seed: int = 0,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers)
+        super().__init__(img_size, batch_size, num_workers, seed)
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
         self.root = Path(root)
@@ -64,9 +66,7 @@ class CIFARDataModule(ImageDataModule):
         """Where torchvision expects the extracted data."""
         return self.root / _CIFAR[self.dataset][1]
 
-    def _open(
-        self, train: bool, transform: transforms.Compose | None, download: bool
-    ) -> datasets.VisionDataset:
+    def _open(self, train: bool, transform: transforms.Compose | None, download: bool) -> datasets.VisionDataset:
         cls = _CIFAR[self.dataset][0]
         try:
             return cls(str(self.root), train=train, transform=transform, download=download)
@@ -84,9 +84,7 @@ class CIFARDataModule(ImageDataModule):
 
     def _transforms(self, train: bool) -> transforms.Compose:
         mean, std = _CIFAR[self.dataset][3:]
-        steps: list = (
-            [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()] if train else []
-        )
+        steps: list = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()] if train else []
         if self.img_size != 32:
             steps.append(transforms.Resize(self.img_size, antialias=True))
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]

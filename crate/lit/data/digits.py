@@ -19,6 +19,7 @@ class DigitsDataModule(ImageDataModule):
         in_chans: 1 (grayscale) or 3 (the gray channel repeated, for RGB models).
         val_fraction: share of each class held out for validation (stratified, fixed by ``split_seed``).
         augment: light augmentation for training: small random rotation, shift and scale.
+        seed: seed of the training order and augmentation (see :class:`ImageDataModule`).
     """
 
     def __init__(
@@ -30,8 +31,9 @@ class DigitsDataModule(ImageDataModule):
         val_fraction: float = 0.2,
         split_seed: int = 0,
         augment: bool = True,
+        seed: int = 0,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers)
+        super().__init__(img_size, batch_size, num_workers, seed)
         if in_chans not in (1, 3):
             raise ValueError(f"in_chans must be 1 or 3 for digits, got {in_chans}")
         if not 0.0 < val_fraction < 1.0:
@@ -55,7 +57,5 @@ class DigitsDataModule(ImageDataModule):
         train, val = load_digits_tensors(self.img_size, self._in_chans, self.val_fraction, self.split_seed)
         if self.augment:
             background = -DIGITS_MEAN / DIGITS_STD
-            train.transform = v2.RandomAffine(
-                degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1), fill=background
-            )
+            self.train_transform = v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1), fill=background)
         self.train_set, self.val_set = train, val

@@ -31,8 +31,9 @@ class ImageFolderDataModule(ImageDataModule):
         img_size: int = 224,
         batch_size: int = 64,
         num_workers: int = 4,
+        seed: int = 0,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers)
+        super().__init__(img_size, batch_size, num_workers, seed)
         self.root = Path(root)
         missing = [str(self.root / split) for split in ("train", "val") if not (self.root / split).is_dir()]
         if missing:
@@ -63,9 +64,7 @@ class ImageFolderDataModule(ImageDataModule):
             return
         config = self._data_config()
         class_index = {name: index for index, name in enumerate(self.classes)}
-        train = datasets.ImageFolder(
-            str(self.root / "train"), transform=create_transform(**config, is_training=True)
-        )
+        train = datasets.ImageFolder(str(self.root / "train"), transform=create_transform(**config, is_training=True))
         val = datasets.ImageFolder(str(self.root / "val"), transform=create_transform(**config))
         val.class_to_idx = class_index
         val.samples = [(path, class_index[Path(path).parent.name]) for path, _ in val.samples]

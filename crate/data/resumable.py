@@ -1,0 +1,124 @@
+"""Data loading that can resume mid-epoch exactly: the order and the augmentation of every sample are
+functions of (seed, epoch, position), not of a global random state, and the loader can skip the batches
+an interrupted run already consumed.
+
+- :class:`ResumableSampler` yields ``(index, sample_seed)`` in a permutation drawn from ``seed + epoch``,
+  this process's share of it under ``torch.distributed`` (every ``world_size``-th position from ``rank``);
+- :class:`SeededTransformDataset` applies a random transform under ``sample_seed``, leaving the global
+  random state untouched;
+- :class:`ResumableDataLoader` reports ``{"epoch", "batches"}`` through ``state_dict`` (Lightning saves it
+  in checkpoints) and skips those batches after ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+__all__ = ["ResumableDataLoader", "ResumableSampler", "SeededTransformDataset"]
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class ResumableSampler(DistributedSampler):
+    """Shuffled (or ordered) indices with a per-sample seed; deterministic given (seed, epoch).
+
+    It shares the data among processes itself, like :class:`DistributedSampler` (which it subclasses so
+    that Lightning leaves it in place instead of wrapping it), reading rank and world size when iterated.
+    """
+
+    def __init__(self, num_samples: int, seed: int = 0, shuffle: bool = True) -> None:  # noqa: D107
+        # DistributedSampler.__init__ needs a process group at construction; this sampler asks for one
+        # only when it is iterated, so the parent's constructor is deliberately not called.
+        self.num_samples = num_samples
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skip_next(self, samples: int) -> None:
+        """Leave out the first ``samples`` of this process's share in the next pass only."""
+        self._skip = samples
+
+    def _share(self) -> torch.Tensor:
+        if self.shuffle:
+            order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        else:
+            order = torch.arange(self.num_samples)
+        rank, world = _rank_and_world()
+        if world > 1:  # pad so every process gets the same number of samples, as DistributedSampler does
+            total = -(-self.num_samples // world) * world
+            order = torch.cat([order, order[: total - len(order)]])[rank::world]
+        return order
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        order = self._share()
+        start, self._skip = self._skip, 0
+        base = (self.seed * 1_000_003 + self.epoch) * 1_000_003
+        for position in range(start, len(order)):
+            yield int(order[position]), base + position
+
+    def __len__(self) -> int:
+        rank, world = _rank_and_world()
+        return -(-self.num_samples // world)
+
+
+class SeededTransformDataset(Dataset):
+    """``base[index]`` and then ``transform``, both under the sample's own seed (global RNG untouched), so
+    random transforms inside ``base`` (torchvision datasets) are reproducible too."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None) -> None:
+        self.base = base
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        index, sample_seed = key
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sample_seed)
+            image, label = self.base[index]
+            if self.transform is not None:
+                image = self.transform(image)
+        return image, label
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a :class:`ResumableSampler` that can be saved and restored mid-epoch.
+
+    ``batches_done`` tells how many batches of the current epoch the training loop has consumed (loaders
+    prefetch, so the loader's own count runs ahead of the loop's).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        batches_done: Callable[[], int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.resumable_sampler = ResumableSampler(len(dataset), seed=seed, shuffle=shuffle)
+        super().__init__(dataset, batch_size=batch_size, sampler=self.resumable_sampler, **kwargs)
+        self._batches_done = batches_done
+
+    def state_dict(self) -> dict[str, int]:
+        done = self._batches_done() if self._batches_done is not None else 0
+        return {"epoch": self.resumable_sampler.epoch, "batches": int(done)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.resumable_sampler.set_epoch(int(state["epoch"]))
+        self.resumable_sampler.skip_next(int(state["batches"]) * int(self.batch_size))

@@ -1,0 +1,34 @@
+"""Callbacks that inject faults into a train.py run, given to it through a YAML config in the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+
+class SignalAtStep(Callback):
+    """Send this process ``signal_name`` after optimizer step ``step``, as a cluster's scheduler would."""
+
+    def __init__(self, step: int, signal_name: str = "SIGTERM") -> None:
+        self.step = step
+        self.signum = getattr(signal, signal_name)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+class PoisonWeightsAtStep(Callback):
+    """Put a NaN into the weights after optimizer step ``step``, as a diverging update would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(pl_module.parameters()).view(-1)[0] = float("nan")

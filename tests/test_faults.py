@@ -1,0 +1,110 @@
+"""Resume, interrupts and faults of train.py runs, through subprocesses as a user meets them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, run_train
+
+DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
+# 23 batches per epoch on digits; 2 epochs; a checkpoint every 5 steps; no monitor figures
+SHORT = [
+    "--trainer.max_epochs", "2", "--trainer.deterministic", "true", "--trainer.enable_progress_bar", "false",
+    "--latest_checkpoint.every_n_train_steps", "5", "--rate_monitor.every_n_steps", "10",
+]  # fmt: skip
+
+
+def _extra_config(tmp_path: Path, name: str, callbacks: list[dict]) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return str(path)
+
+
+def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _ok(proc) -> None:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _run_dir(root: Path, version: int = 0) -> Path:
+    return root / "crate_nano_digits" / f"version_{version}" / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    _ok(run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(root)))
+    return _run_dir(root) / "last.ckpt"
+
+
+def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_equal(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    kill = _extra_config(tmp_path, "kill", [{"class_path": "helpers.SignalAtStep", "init_args": {"step": 32}}])
+    first = run_train("fit", "--config", DEFAULT, "--config", kill, *SHORT, "--log_root", str(tmp_path))
+    interrupted = _run_dir(tmp_path) / "interrupted-epoch001-step000032.ckpt"
+    assert interrupted.is_file(), first.stderr[-3000:]
+    assert (_run_dir(tmp_path) / "last.ckpt").resolve() == interrupted.resolve()
+    assert torch.load(interrupted, weights_only=True)["global_step"] == 32  # mid-epoch: 23 steps an epoch
+
+    resumed = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
+    _ok(resumed)
+    final = _run_dir(tmp_path, version=1) / "last.ckpt"
+    reference, ours = _weights(uninterrupted), _weights(final)
+    assert reference.keys() == ours.keys()
+    for key in reference:
+        assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
+
+
+def test_non_finite_weights_stop_the_run_naming_the_step_and_keep_good_checkpoints(tmp_path: Path) -> None:
+    poison = _extra_config(
+        tmp_path, "poison", [{"class_path": "helpers.PoisonWeightsAtStep", "init_args": {"step": 12}}]
+    )
+    proc = run_train("fit", "--config", DEFAULT, "--config", poison, *SHORT, "--log_root", str(tmp_path))
+    assert proc.returncode != 0
+    # poisoned before the 13th batch: its loss is nan, and the guard stops the run at step 13
+    assert "training stopped at step 13" in proc.stderr and "the loss is nan" in proc.stderr
+    kept = sorted(_run_dir(tmp_path).glob("latest-*.ckpt"))
+    assert [p.name for p in kept] == ["latest-epoch000-step000010.ckpt"]
+    assert all(torch.isfinite(v).all() for v in _weights(kept[0]).values() if v.is_floating_point())
+
+
+def test_corrupt_checkpoint_is_refused_and_the_good_ones_stay(tmp_path: Path, uninterrupted: Path) -> None:
+    folder = tmp_path / "crate_nano_digits" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    good = folder / "latest-epoch001-step000040.ckpt"
+    good.write_bytes(uninterrupted.read_bytes())
+    truncated = folder / "last.ckpt"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    proc = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
+    assert proc.returncode != 0
+    assert "corrupt or truncated" in proc.stderr and good.name in proc.stderr
+    assert good.is_file() and truncated.is_file()
+
+
+def test_checkpoint_with_other_classes_is_refused_with_what_to_do(tmp_path: Path, uninterrupted: Path) -> None:
+    from test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "images", classes=3, per_class=2)
+    proc = run_train(
+        "fit", "--config", str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
+        "--data.root", str(tmp_path / "images"), "--data.num_workers", "0", "--trainer.max_epochs", "1",
+        "--data.img_size", "32", "--log_root", str(tmp_path), "--ckpt_path", str(uninterrupted),
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "does not fit this run's model" in proc.stderr and "num_classes=10" in proc.stderr
+
+
+def test_missing_checkpoint_and_missing_dataset_get_clear_errors(tmp_path: Path) -> None:
+    proc = run_train("fit", "--config", DEFAULT, "--log_root", str(tmp_path), "--ckpt_path", str(tmp_path / "x.ckpt"))
+    assert proc.returncode != 0 and "does not exist" in proc.stderr
+    proc = run_train(
+        "fit", "--config", str(REPO / "configs" / "crate_tiny_cifar10.yaml"), "--data.root", str(tmp_path / "none"),
+        "--data.download", "false", "--log_root", str(tmp_path), "--trainer.max_epochs", "1",
+    )  # fmt: skip
+    assert proc.returncode != 0 and "cifar-10-batches-py" in proc.stderr
