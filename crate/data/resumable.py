@@ -51,22 +51,19 @@ class ResumableSampler(DistributedSampler):
         """Leave out the first ``samples`` of this process's share in the next pass only."""
         self._skip = samples
 
-    def _share(self) -> torch.Tensor:
+    def __iter__(self) -> Iterator[tuple[int, int]]:
         if self.shuffle:
             order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         else:
             order = torch.arange(self.num_samples)
         rank, world = _rank_and_world()
-        if world > 1:  # pad so every process gets the same number of samples, as DistributedSampler does
-            total = -(-self.num_samples // world) * world
-            order = torch.cat([order, order[: total - len(order)]])[rank::world]
-        return order
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        order = self._share()
+        total = -(-self.num_samples // world) * world  # padded so every process gets as many samples
+        order = torch.cat([order, order[: total - len(order)]])
         start, self._skip = self._skip, 0
         base = (self.seed * 1_000_003 + self.epoch) * 1_000_003
-        for position in range(start, len(order)):
+        # this process takes every world-th position from its rank; a sample's seed is its position in the
+        # whole epoch, so N processes with batch B see the very samples one process with batch N*B sees
+        for position in range(rank + start * world, total, world):
             yield int(order[position]), base + position
 
     def __len__(self) -> int:
