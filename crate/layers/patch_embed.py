@@ -29,7 +29,21 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
         )
 
 
-class PatchEmbed(nn.Module):
+class _PatchGrid(nn.Module):
+    """The grid of p x p patches over an image of a fixed size, shared by the patch embeddings."""
+
+    def __init__(self, img_size: int | tuple[int, int], patch_size: int | tuple[int, int], in_chans: int) -> None:
+        super().__init__()
+        self.img_size = _pair(img_size)
+        self.patch_size = _pair(patch_size)
+        self.in_chans = in_chans
+        if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
+            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+
+
+class PatchEmbed(_PatchGrid):
     """Cut an image into p x p patches, flatten each in (p1 p2 c) order, and embed it.
 
     x_i = LN_out(W LN_in(vec(patch_i)) + b), as in the official CRATE ``to_patch_embedding``.
@@ -42,14 +56,7 @@ class PatchEmbed(nn.Module):
         in_chans: int = 3,
         embed_dim: int = 768,
     ) -> None:
-        super().__init__()
-        self.img_size = _pair(img_size)
-        self.patch_size = _pair(patch_size)
-        self.in_chans = in_chans
-        if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
-            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
-        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        super().__init__(img_size, patch_size, in_chans)
         patch_dim = in_chans * self.patch_size[0] * self.patch_size[1]
         self.norm_in = nn.LayerNorm(patch_dim)
         self.proj = nn.Linear(patch_dim, embed_dim)
@@ -68,7 +75,7 @@ class PatchEmbed(nn.Module):
         return self.norm_out(self.proj(self.norm_in(self.patchify(x))))
 
 
-class ConvPatchEmbed(nn.Module):
+class ConvPatchEmbed(_PatchGrid):
     """Strided-convolution patch embedding (CRATE-alpha): x_i = W * patch_i + b, tokens in row-major order."""
 
     def __init__(
@@ -78,14 +85,7 @@ class ConvPatchEmbed(nn.Module):
         in_chans: int = 3,
         embed_dim: int = 768,
     ) -> None:
-        super().__init__()
-        self.img_size = _pair(img_size)
-        self.patch_size = _pair(patch_size)
-        self.in_chans = in_chans
-        if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
-            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
-        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        super().__init__(img_size, patch_size, in_chans)
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,11 @@ __all__ = ["CRATE", "CrateBlock"]
 
 
 class CrateBlock(nn.Module):
-    """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA)."""
+    """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA).
+
+    ``proj_bias`` and ``ista_layer`` let variants (CRATE-alpha) swap the output projection and the
+    sparse coding step while keeping the layout.
+    """
 
     def __init__(
         self,
@@ -44,12 +48,16 @@ class CrateBlock(nn.Module):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
+        proj_bias: bool = True,
+        ista_layer: Callable[..., nn.Module] = ISTA,
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
-        self.attn = MSSA(dim, num_heads, head_dim=head_dim, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.attn = MSSA(
+            dim, num_heads, head_dim=head_dim, proj_bias=proj_bias, attn_drop=attn_drop, proj_drop=proj_drop
+        )
         self.norm2 = norm_layer(dim)
-        self.ista = ISTA(dim, step_size=step_size, lambd=lambd)
+        self.ista = ista_layer(dim, step_size=step_size, lambd=lambd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))

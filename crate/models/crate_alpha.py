@@ -8,7 +8,6 @@ The patch embedding is a strided convolution, and LayerNorms use eps 1e-6.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,34 +15,19 @@ import torch
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from crate.layers import MSSA, ConvPatchEmbed, OvercompleteISTA
+from crate.layers import ConvPatchEmbed, OvercompleteISTA
 
-from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, CrateBlock, cpu_cfg, crate_cfg, create_crate_family
 from .shipped import digits_cfg
 
 __all__ = ["CrateAlphaBlock"]
 
 
-class CrateAlphaBlock(nn.Module):
+class CrateAlphaBlock(CrateBlock):
     """One CRATE-alpha layer: x = x + MSSA(LN(x)) (bias-free output), then x = x + ODL(LN(x))."""
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        head_dim: int | None = None,
-        step_size: float = 0.1,
-        lambd: float = 0.1,
-        attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
-        norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
-        ratio: int = 4,
-    ) -> None:
-        super().__init__()
-        self.norm1 = norm_layer(dim)
-        self.attn = MSSA(dim, num_heads, head_dim=head_dim, proj_bias=False, attn_drop=attn_drop, proj_drop=proj_drop)
-        self.norm2 = norm_layer(dim)
-        self.ista = OvercompleteISTA(dim, ratio=ratio, step_size=step_size, lambd=lambd)
+    def __init__(self, dim: int, num_heads: int, ratio: int = 4, **kwargs: Any) -> None:
+        super().__init__(dim, num_heads, proj_bias=False, ista_layer=partial(OvercompleteISTA, ratio=ratio), **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
