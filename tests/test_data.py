@@ -71,3 +71,27 @@ def test_missing_cifar_offline_names_the_expected_folder(tmp_path: Path) -> None
     data = CIFARDataModule(root=str(tmp_path), dataset="cifar10", download=False)
     with pytest.raises(FileNotFoundError, match=r"cifar-10-batches-py"):
         data.prepare_data()
+
+
+def test_training_loader_resumes_mid_epoch_and_not_past_a_finished_epoch() -> None:
+    data = DigitsDataModule(batch_size=64)
+    data.setup("fit")
+    loader = data.train_dataloader()
+    loader.resumable_sampler.set_epoch(1)
+    epoch_one = list(loader)
+    assert len(epoch_one) == 23
+
+    mid = data.train_dataloader()
+    mid.load_state_dict({"epoch": 1, "batches": 9})  # stopped after 9 batches of epoch 1
+    rest = list(mid)
+    assert len(rest) == 14
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(epoch_one[9:], rest))
+
+    done = data.train_dataloader()
+    done.load_state_dict({"epoch": 0, "batches": 23})  # stopped at the end of epoch 0
+    done.resumable_sampler.set_epoch(1)  # what Lightning does when epoch 1 starts
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(epoch_one, list(done), strict=True))
+
+    other = data.train_dataloader()
+    other.resumable_sampler.set_epoch(2)
+    assert not torch.equal(next(iter(other))[0], epoch_one[0][0])  # a new order every epoch

@@ -43,13 +43,14 @@ class ResumableSampler(DistributedSampler):
         self.shuffle = shuffle
         self.epoch = 0
         self._skip = 0
+        self._skip_epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def skip_next(self, samples: int) -> None:
-        """Leave out the first ``samples`` of this process's share in the next pass only."""
-        self._skip = samples
+    def skip_next(self, samples: int, epoch: int) -> None:
+        """Leave out the first ``samples`` of this process's share in the next pass, if it is of ``epoch``."""
+        self._skip, self._skip_epoch = samples, epoch
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         if self.shuffle:
@@ -59,7 +60,8 @@ class ResumableSampler(DistributedSampler):
         rank, world = _rank_and_world()
         total = -(-self.num_samples // world) * world  # padded so every process gets as many samples
         order = torch.cat([order, order[: total - len(order)]])
-        start, self._skip = self._skip, 0
+        start = self._skip if self._skip_epoch == self.epoch else 0
+        self._skip = 0
         base = (self.seed * 1_000_003 + self.epoch) * 1_000_003
         # this process takes every world-th position from its rank; a sample's seed is its position in the
         # whole epoch, so N processes with batch B see the very samples one process with batch N*B sees
@@ -117,5 +119,6 @@ class ResumableDataLoader(DataLoader):
         return {"epoch": self.resumable_sampler.epoch, "batches": int(done)}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.resumable_sampler.set_epoch(int(state["epoch"]))
-        self.resumable_sampler.skip_next(int(state["batches"]) * int(self.batch_size))
+        epoch = int(state["epoch"])
+        self.resumable_sampler.set_epoch(epoch)
+        self.resumable_sampler.skip_next(int(state["batches"]) * int(self.batch_size), epoch)
