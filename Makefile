@@ -29,7 +29,7 @@ clean:
 
 # The checkpoints that ship in checkpoints/ (pretrained tags <model>.digits): train each on the embedded
 # digits with the default recipe (the ViT twins with theirs; the micro sizes for 20 epochs, not 40, to
-# keep CPU time down), then export the final weights with a card.
+# keep CPU time down), then export the final weights (stored as float16) with a card.
 SHIPPED ?= crate_nano_patch4_32 crate_alpha_nano_patch4_32 vit_nano_patch4_32 \
 	crate_micro_patch4_32 crate_alpha_micro_patch4_32 vit_micro_patch4_32
 checkpoints: $(STAMP)
@@ -40,5 +40,5 @@ checkpoints: $(STAMP)
 	  rm -rf logs/zoo/$$m.digits; \
 	  $(VENV)/bin/$$cmd --trainer.enable_progress_bar false; \
 	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt \
-	    --out checkpoints/$$m.digits.safetensors --train-command "$$cmd"; \
+	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done

@@ -96,8 +96,16 @@ def _card_markdown(card: dict[str, Any]) -> str:
 """
 
 
-def export_checkpoint(ckpt: str | Path, out: str | Path, train_command: str = "") -> dict[str, Any]:
-    """Write ``out`` (safetensors) and its card from a Lightning checkpoint; return the card's data."""
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def export_checkpoint(
+    ckpt: str | Path, out: str | Path, train_command: str = "", dtype: str = "float32"
+) -> dict[str, Any]:
+    """Write ``out`` (safetensors, floating tensors stored as ``dtype``) and its card from a Lightning
+    checkpoint; return the card's data. The card's accuracy is measured on the written file."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     ckpt, out = Path(ckpt), Path(out)
     if out.suffix != ".safetensors":
         raise ValueError(f"--out must end in .safetensors, got {out}")
@@ -112,7 +120,9 @@ def export_checkpoint(ckpt: str | Path, out: str | Path, train_command: str = ""
     )
     model.load_state_dict(checkpoint_filter_fn(checkpoint, model))
     out.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state = {
+        k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
+    }
     save_file(state, str(out), metadata={"model_name": hp["model_name"], "format": "pt"})
 
     reloaded = timm.create_model(
@@ -160,6 +170,7 @@ def export_checkpoint(ckpt: str | Path, out: str | Path, train_command: str = ""
         "val_accuracy": accuracy,
         "recipe": recipe,
         "file": out.name,
+        "dtype": dtype,
         "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
         "train_command": train_command
         or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
@@ -175,9 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkpoint", help="a .ckpt written by train.py")
     parser.add_argument("--out", required=True, help="the .safetensors file to write (card written next to it)")
     parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="storage type of the weights")
     args = parser.parse_args(argv)
     try:
-        card = export_checkpoint(args.checkpoint, args.out, args.train_command)
+        card = export_checkpoint(args.checkpoint, args.out, args.train_command, args.dtype)
     except (FileNotFoundError, CheckpointError, ValueError) as err:
         parser.exit(2, f"crate-export: error: {err}\n")
     accuracy = card["val_accuracy"]
