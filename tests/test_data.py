@@ -85,7 +85,7 @@ def test_training_loader_resumes_mid_epoch_and_not_past_a_finished_epoch() -> No
     mid.load_state_dict({"epoch": 1, "batches": 9})  # stopped after 9 batches of epoch 1
     rest = list(mid)
     assert len(rest) == 14
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(epoch_one[9:], rest))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(epoch_one[9:], rest, strict=True))
 
     done = data.train_dataloader()
     done.load_state_dict({"epoch": 0, "batches": 23})  # stopped at the end of epoch 0
