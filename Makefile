@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint clean checkpoints
+.PHONY: setup train test lint clean checkpoints report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,3 +42,8 @@ checkpoints: $(STAMP)
 	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt \
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
+
+# The interpretability report of the default job's checkpoint against its ViT twin (docs/interpret/).
+report: $(STAMP)
+	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
+	  --compare vit_nano_patch4_32.digits -

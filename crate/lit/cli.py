@@ -72,9 +72,10 @@ class CrateCLI(LightningCLI):
 
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
     ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state, linked as
-    ``last.ckpt``) sections, a ``rate_monitor`` section (the
-    :class:`CodingRateMonitor`, on by default), and links the data's ``num_classes``,
-    ``in_chans`` and ``img_size`` to the model.
+    ``last.ckpt``) sections, ``rate_monitor`` (the :class:`CodingRateMonitor`, on by default),
+    ``nonfinite_guard`` and ``interrupt_checkpoint`` (fault tolerance); resolves ``--ckpt_path last``
+    across the run's versions; and links the data's ``num_classes``, ``in_chans`` and ``img_size`` to
+    the model.
     """
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
