@@ -27,14 +27,15 @@ class LayerAttention:
 
 
 def _kernel(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """S_k for every head, the products taken in float64 so that symmetry and semidefiniteness are
+    measured, not rounding."""
     batch, tokens, _ = x.shape
     heads = attn.num_heads
     if hasattr(attn, "subspaces"):  # MSSA: one projection is query, key and value
-        w = attn.project(x)
+        w = attn.project(x).to(torch.float64)
         return (w @ w.transpose(-2, -1)) * attn.scale
     qkv = attn.qkv(x).reshape(batch, tokens, 3, heads, -1).permute(2, 0, 3, 1, 4)
-    q, k = qkv[0], qkv[1]
-    q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = attn.q_norm(qkv[0]).to(torch.float64), attn.k_norm(qkv[1]).to(torch.float64)
     return (q @ k.transpose(-2, -1)) * attn.scale
 
 
@@ -56,6 +57,6 @@ def layer_attention(model: nn.Module, images: torch.Tensor, layers: list[int] | 
             handle.remove()
     results = []
     for index in sorted(chosen):
-        kernel = _kernel(blocks[index].attn, inputs[index]).to(torch.float64)
+        kernel = _kernel(blocks[index].attn, inputs[index])
         results.append(LayerAttention(kernel=kernel, attention=kernel.softmax(dim=-1)))
     return results

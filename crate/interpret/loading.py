@@ -75,13 +75,11 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
     overlay = dict(file=str(path), num_classes=kwargs.get("num_classes", 1000))
     try:
         model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
-    except RuntimeError as err:
-        if "state_dict" in str(err):
-            raise CheckpointError(
-                f"checkpoint {path} does not fit {name}: {str(err).splitlines()[0]} "
-                "Was it trained for another architecture? Pick the matching --model."
-            ) from err
-        raise
+    except RuntimeError as err:  # timm's own loading (ViTs): shapes or keys that do not match
+        raise CheckpointError(
+            f"checkpoint {path} does not fit {name}: {str(err).splitlines()[0]} "
+            "Was it trained for another architecture? Pick the matching --model."
+        ) from err
     return model.eval()
 
 
