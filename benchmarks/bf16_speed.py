@@ -1,6 +1,6 @@
 """Training wall time of the default job in bf16-mixed against fp32, as a ratio, with final accuracies.
 
-    .venv/bin/python benchmarks/bf16_speed.py --repeats 2
+.venv/bin/python benchmarks/bf16_speed.py --repeats 2
 """
 
 from __future__ import annotations

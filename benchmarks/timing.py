@@ -22,6 +22,9 @@ def fit_seconds(args: list[str]) -> tuple[float, dict[str, float]]:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         seconds = time.perf_counter() - start
         metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+        monitor = next((c for c in cli.trainer.callbacks if type(c).__name__ == "CodingRateMonitor"), None)
+        if monitor is not None and monitor.enabled:
+            metrics["monitor_seconds"] = monitor.seconds
     return seconds, metrics
 
 
@@ -32,7 +35,8 @@ def compare(reference: list[str], candidate: list[str], repeats: int, names: tup
         for name, args in zip(names, (reference, candidate), strict=True):
             seconds, metrics = fit_seconds(args)
             times[name].append(seconds)
-            print(f"run {repeat}: {name:>10} {seconds:7.2f} s  val/acc {metrics.get('val/acc', float('nan')):.4f}")
+            own = f"  (monitor's own time {metrics['monitor_seconds']:.2f} s)" if "monitor_seconds" in metrics else ""
+            print(f"run {repeat}: {name:>10} {seconds:7.2f} s  val/acc {metrics.get('val/acc', float('nan')):.4f}{own}")
     ref, cand = statistics.median(times[names[0]]), statistics.median(times[names[1]])
     ratio = cand / ref
     print(f"median {names[0]} {ref:.2f} s, {names[1]} {cand:.2f} s, ratio {names[1]}/{names[0]} = {ratio:.4f}")

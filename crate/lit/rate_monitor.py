@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import lightning as L
@@ -105,6 +106,7 @@ class CodingRateMonitor(Callback):
         self.convention = convention
         self.figure_every_n_epochs = figure_every_n_epochs
         self.last_step = -1
+        self.seconds = 0.0  # wall time this monitor has spent measuring and logging (its own overhead)
         self._probe: torch.Tensor | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -141,6 +143,7 @@ class CodingRateMonitor(Callback):
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, figure: bool) -> None:
         if not trainer.is_global_zero:
             return
+        start = time.perf_counter()
         values = self.measure(trainer, pl_module)
         for logger in trainer.loggers:
             logger.log_metrics(values, step=trainer.global_step)
@@ -148,6 +151,7 @@ class CodingRateMonitor(Callback):
                 title = f"{type(pl_module.model).__name__}, step {trainer.global_step}"
                 logger.experiment.add_figure("rate/curves", rate_curves_figure(values, title), trainer.global_step)
         self.last_step = trainer.global_step
+        self.seconds += time.perf_counter() - start
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
