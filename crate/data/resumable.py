@@ -111,6 +111,8 @@ class ResumableDataLoader(DataLoader):
         **kwargs: Any,
     ) -> None:
         self.resumable_sampler = ResumableSampler(len(dataset), seed=seed, shuffle=shuffle)
+        # its own generator, so that making an iterator does not draw from the global random state
+        kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
         super().__init__(dataset, batch_size=batch_size, sampler=self.resumable_sampler, **kwargs)
         self._batches_done = batches_done
 

@@ -18,6 +18,7 @@ from crate.models import CheckpointError
 from .data import ImageDataModule
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
 from .module import ImageClassifier
+from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
@@ -73,7 +74,8 @@ class CrateCLI(LightningCLI):
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
     ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state, linked as
     ``last.ckpt``) sections, ``rate_monitor`` (the :class:`CodingRateMonitor`, on by default),
-    ``nonfinite_guard`` and ``interrupt_checkpoint`` (fault tolerance); resolves ``--ckpt_path last``
+    ``nonfinite_guard``, ``interrupt_checkpoint`` and ``random_state`` (fault tolerance and exact
+    resume); resolves ``--ckpt_path last``
     across the run's versions; and links the data's ``num_classes``, ``in_chans`` and ``img_size`` to
     the model.
     """
@@ -103,6 +105,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite_guard")
         parser.add_lightning_class_args(InterruptCheckpoint, "interrupt_checkpoint")
+        parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
