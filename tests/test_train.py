@@ -9,6 +9,8 @@ import pytest
 from conftest import REPO, run_train
 from test_data import _write_image_folder
 
+from crate.metrics import QUANTITIES
+
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 
 
@@ -52,11 +54,10 @@ def test_short_fit_on_digits_learns_and_leaves_logs_and_checkpoints(
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events next to the CSV log"
     with (run_dir / "metrics.csv").open() as handle:
         columns = set(csv.DictReader(handle).fieldnames)
-    quantities = ["R", "Rc_before_mssa", "Rc_after_mssa"]
-    quantities += ["sparsity_after_ista"] if config.startswith("crate") else []
+    quantities = [q for q in QUANTITIES if q != "sparsity_of_code" or config.startswith("crate")]
     expected = {f"rate/{q}/layer_{layer}" for q in quantities for layer in range(4)}  # nano: 4 layers
     assert expected <= columns, f"the CodingRateMonitor did not log {sorted(expected - columns)}"
-    assert not any("sparsity" in c for c in columns) or config.startswith("crate")
+    assert not any("sparsity_of_code" in c for c in columns) or config.startswith("crate")
     checkpoints = {p.name for p in (run_dir / "checkpoints").iterdir()}
     assert "last.ckpt" in checkpoints and any(name.startswith("best-") for name in checkpoints)
 

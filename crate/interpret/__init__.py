@@ -1,8 +1,10 @@
-"""Post-hoc interpretability evaluation: layerwise rates, attention lenses, geometry, probes, reports."""
+"""Post-hoc interpretability evaluation: layerwise rates, attention lenses, geometry, probes, reports.
 
-from .attention import LayerAttention, layer_attention
+Every number is read from one trace of the model per batch (``crate.metrics.trace_model``).
+"""
+
 from .evaluate import evaluate_model
 from .loading import load_data, load_model
 from .report import write_report
 
-__all__ = ["LayerAttention", "evaluate_model", "layer_attention", "load_data", "load_model", "write_report"]
+__all__ = ["evaluate_model", "load_data", "load_model", "write_report"]

@@ -1,7 +1,7 @@
 """``python -m crate.interpret`` (also ``crate-interpret``): any checkpoint to numbers and pictures.
 
     python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH --data digits --out DIR \\
-        --compare vit_nano_patch4_32 PATH2
+        --compare vit_nano_patch4_32 PATH2 [--masks DIR]
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default="digits", help="'digits' or a train.py YAML config (its data section)")
     parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare")
-    parser.add_argument("--eps", type=float, default=0.5, help="distortion eps of the coding rates")
-    parser.add_argument("--convention", choices=("paper", "official"), default="paper")
+    parser.add_argument("--masks", default=None, help="folder of foreground masks mirroring the data's val/ folder")
+    parser.add_argument("--eps-official", type=float, default=0.01, help="eps of the official convention")
+    parser.add_argument("--eps-paper", type=float, default=0.5, help="eps of the paper convention")
     parser.add_argument("--probe-images", type=int, default=128, help="validation images for rates and lenses")
     parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
     args = parser.parse_args(argv)
@@ -32,16 +33,15 @@ def main(argv: list[str] | None = None) -> None:
         for name, checkpoint in pairs:
             model = load_model(name, None if checkpoint in (None, "-") else checkpoint)
             label = name if name not in models else f"{name} (2)"
-            models[label] = (model, load_data(args.data, model))
+            models[label] = (model, load_data(args.data, model, masks=args.masks))
         results = write_report(
             models,
             args.out,
             images=args.images,
-            eps=args.eps,
-            convention=args.convention,
+            eps={"official": args.eps_official, "paper": args.eps_paper},
             probe_images=args.probe_images,
         )
-    except (FileNotFoundError, CheckpointError, ValueError) as err:
+    except (FileNotFoundError, CheckpointError, ValueError, TypeError) as err:
         parser.exit(2, f"crate-interpret: error: {err}\n")
     for label, result in results.items():
         print(f"{label}: val accuracy {result['val_accuracy']:.4f}")

@@ -1,4 +1,4 @@
-"""Every number of the interpretability evaluation, for one model on one dataset."""
+"""Every number of the interpretability evaluation, for one model on one dataset, read from its trace."""
 
 from __future__ import annotations
 
@@ -10,95 +10,152 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from crate.metrics import layer_representations
-from crate.metrics.functional import (
-    Convention,
-    coding_rate,
-    compression_rate,
-    sparse_rate_reduction,
-    sparsity,
+from crate.layers.trace import BlockTrace
+from crate.metrics import QUANTITIES, layerwise_values, trace_model, transformer_blocks
+from crate.metrics.functional import default_eps
+
+from .geometry import (
+    dictionary_coherence,
+    gram_identity_distance,
+    mean_off_diagonal,
+    random_dictionary_baseline,
+    random_subspace_coherence,
+    subspace_coherence,
 )
-from crate.metrics.representations import transformer_blocks
-
-from .attention import layer_attention
-from .geometry import dictionary_coherence, gram_identity_distance, subspace_coherence
-from .lenses import head_redundancy, kernel_asymmetry, kernel_negative_mass, row_entropy, top_k_mass
+from .lenses import (
+    effective_rank,
+    head_redundancy,
+    kernel_agreement,
+    kernel_agreement_baseline,
+    kernel_asymmetry,
+    kernel_negative_mass,
+    key_subsampling_error,
+    relative_dispersion,
+    row_entropy,
+    token_dispersion,
+    top_k_mass,
+)
 from .loading import EvalData
+from .segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
 
-__all__ = ["evaluate_model", "layer_features", "linear_probe"]
+__all__ = [
+    "attention_lenses",
+    "evaluate_model",
+    "layer_features",
+    "layerwise_curves",
+    "linear_probe",
+    "operator_geometry",
+    "segmentation_scores",
+    "seed_lenses",
+]
+
+CONVENTIONS = ("official", "paper")
+SUBSAMPLED_KEYS = (4, 8, 16, 32)
 
 
 def _mean(x: torch.Tensor) -> float:
     return float(x.to(torch.float64).mean())
 
 
-def layerwise_curves(
-    model: nn.Module, images: torch.Tensor, eps: float, convention: Convention, lam: float
-) -> dict[str, list[float]]:
-    """Per layer: R(Z^l), R^c(Z^l), R^c(Z^{l+1/2}), sparsity of Z^{l+1/2} and Z^{l+1}, SRR(Z^{l+1})."""
-    curves: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "R",
-            "Rc_before_attention",
-            "Rc_after_attention",
-            "sparsity_before_mlp",
-            "sparsity_after_mlp",
-            "srr",
-        )
+def layerwise_curves(traces: list[BlockTrace], eps: float, convention: str, lam: float) -> dict[str, list]:
+    """Per quantity of ``crate.metrics.QUANTITIES``: the per-layer means (None where it does not apply)."""
+    values = layerwise_values(traces, eps, convention, lam)
+    return {name: [None if v is None else _mean(v) for v in values[name]] for name in QUANTITIES}
+
+
+def attention_lenses(trace: BlockTrace, top_k: int) -> dict[str, Any]:
+    """One layer's kernel and attention statistics, per head (means over images and rows)."""
+    S, A = trace.logits, trace.attention
+    tokens, width = A.shape[-1], trace.values.shape[-1]
+    return {
+        "asymmetry": kernel_asymmetry(S).mean(0).tolist(),
+        "negative_mass": kernel_negative_mass(S).mean(0).tolist(),
+        "effective_rank": effective_rank(A).mean(0).tolist(),
+        "kernel_agreement": kernel_agreement(S, A, width).mean(0).tolist(),
+        "kernel_agreement_baseline": kernel_agreement_baseline(tokens, width),
+        "entropy": row_entropy(A).mean(dim=(0, 2)).tolist(),
+        "top_k_mass": top_k_mass(A, top_k).mean(dim=(0, 2)).tolist(),
+        "redundancy": _mean(head_redundancy(A)) if A.shape[1] > 1 else None,
     }
-    for rep in layer_representations(model, images):
-        U = rep.subspaces
-        curves["R"].append(_mean(coding_rate(rep.z_in, eps, convention)))
-        curves["Rc_before_attention"].append(_mean(compression_rate(rep.z_in, U, eps, convention)))
-        curves["Rc_after_attention"].append(_mean(compression_rate(rep.z_half, U, eps, convention)))
-        curves["sparsity_before_mlp"].append(_mean(sparsity(rep.z_half)))
-        curves["sparsity_after_mlp"].append(_mean(sparsity(rep.z_out)))
-        curves["srr"].append(_mean(sparse_rate_reduction(rep.z_out, U, eps, lam, convention)))
-    return curves
 
 
-def attention_lenses(model: nn.Module, images: torch.Tensor, top_k: int) -> list[dict[str, Any]]:
-    """Per layer and head: kernel asymmetry and negative mass, entropy, top-k mass; per layer: redundancy."""
-    out = []
-    for layer in layer_attention(model, images):
-        S, A = layer.kernel, layer.attention
-        out.append(
-            {
-                "asymmetry": kernel_asymmetry(S).mean(0).tolist(),
-                "negative_mass": kernel_negative_mass(S).mean(0).tolist(),
-                "entropy": row_entropy(A).mean(dim=(0, 2)).tolist(),
-                "top_k_mass": top_k_mass(A, top_k).mean(dim=(0, 2)).tolist(),
-                "redundancy": _mean(head_redundancy(A)) if A.shape[1] > 1 else None,
-            }
-        )
-    return out
+def seed_lenses(trace: BlockTrace, keys: tuple[int, ...] = SUBSAMPLED_KEYS) -> dict[str, Any]:
+    """Token dispersion at four points of the layer, and the head outputs' change under key subsampling."""
+    points = {
+        "before_attention": trace.z_in,
+        "attention_input": trace.attn_input,
+        "after_attention": trace.z_half,
+        "after_norm": trace.mlp_input,
+    }
+    tokens = trace.logits.shape[-1]
+    return {
+        "dispersion": {name: _mean(token_dispersion(Z)) for name, Z in points.items()},
+        "relative_dispersion": {name: _mean(relative_dispersion(Z)) for name, Z in points.items()},
+        "subsampled_keys": [n for n in keys if n < tokens],
+        "subsampling_error": [_mean(key_subsampling_error(trace.logits, trace.values, n)) for n in keys if n < tokens],
+    }
 
 
 def _dictionary(block: nn.Module) -> torch.Tensor | None:
-    ista = getattr(block, "ista", None)
-    if ista is None:
-        return None
-    return (ista.dictionary if hasattr(ista, "dictionary") else ista.weight).detach()
+    dictionary = getattr(getattr(block, "ista", None), "dictionary", None)
+    return None if dictionary is None else dictionary.detach()
 
 
-def operator_geometry(model: nn.Module) -> dict[str, Any]:
-    """Per layer: coherence between heads' subspaces, and (CRATE) the dictionary's coherence and Gram."""
-    from crate.metrics import layer_subspaces
-
-    result: dict[str, Any] = {"subspace_coherence": [], "mean_head_coherence": [], "max_head_coherence": []}
-    dictionaries = []
-    for block in transformer_blocks(model):
-        C = subspace_coherence(layer_subspaces(block))
-        K = C.shape[0]
-        off = C[~torch.eye(K, dtype=torch.bool)]
+def operator_geometry(model: nn.Module, traces: list[BlockTrace]) -> dict[str, Any]:
+    """Per layer: coherence between heads' subspaces and (where there is one) of the sparse-coding
+    dictionary, each next to its random baseline of the same shape."""
+    heads, dim, width = traces[0].subspaces.shape
+    result: dict[str, Any] = {
+        "subspace_coherence": [],
+        "mean_head_coherence": [],
+        "random_head_coherence": random_subspace_coherence(heads, dim, width) if heads > 1 else None,
+    }
+    for trace in traces:
+        C = subspace_coherence(trace.subspaces)
         result["subspace_coherence"].append(C.tolist())
-        result["mean_head_coherence"].append(float(off.mean()) if K > 1 else None)
-        result["max_head_coherence"].append(float(off.max()) if K > 1 else None)
-        dictionaries.append(_dictionary(block))
+        result["mean_head_coherence"].append(mean_off_diagonal(C) if heads > 1 else None)
+    dictionaries = [_dictionary(block) for block in transformer_blocks(model)]
     if all(D is not None for D in dictionaries):
         result["dictionary_coherence"] = [dictionary_coherence(D) for D in dictionaries]
         result["dictionary_gram_identity_distance"] = [gram_identity_distance(D) for D in dictionaries]
+        result["random_dictionary"] = [random_dictionary_baseline(D) for D in dictionaries]
+    return result
+
+
+def class_attention(traces: list[BlockTrace], prefix: int) -> list[torch.Tensor]:
+    """Per layer, the class token's attention over the patches: (B, K, N_patches)."""
+    return [trace.attention[:, :, 0, prefix:] for trace in traces]
+
+
+@torch.no_grad()
+def segmentation_scores(
+    model: nn.Module, images: torch.Tensor, pixels: torch.Tensor, layers: int = 2, mass: float = 0.6
+) -> dict[str, Any]:
+    """IoU of each head's thresholded class-token attention with the foreground patches, in the last
+    ``layers`` layers, averaged over the images; with the best head, the mean over heads and chance."""
+    patch = tuple(model.patch_embed.patch_size)
+    target = foreground_patches(pixels, patch)
+    depth = len(transformer_blocks(model))
+    chosen = list(range(max(depth - layers, 0), depth))
+    ious: dict[int, list[torch.Tensor]] = {layer: [] for layer in chosen}
+    chance: dict[int, list[torch.Tensor]] = {layer: [] for layer in chosen}
+    for start in range(0, len(images), 128):
+        traces = trace_model(model, images[start : start + 128])
+        maps = class_attention(traces, model.num_prefix_tokens)
+        for layer in chosen:
+            predicted = attention_masks(maps[layer], mass)
+            ious[layer].append(mask_iou(predicted, target[start : start + 128]))
+            chance[layer].append(random_mask_iou(predicted, target[start : start + 128]))
+    result: dict[str, Any] = {"mass": mass, "foreground_share": _mean(target.to(torch.float64)), "layers": {}}
+    for layer in chosen:
+        per_head = torch.cat(ious[layer]).mean(0)
+        result["layers"][str(layer)] = {
+            "per_head": per_head.tolist(),
+            "mean_over_heads": _mean(per_head),
+            "best_head": int(per_head.argmax()),
+            "best_head_iou": float(per_head.max()),
+            "chance": _mean(torch.cat(chance[layer])),
+        }
     return result
 
 
@@ -107,8 +164,8 @@ def layer_features(model: nn.Module, images: torch.Tensor, batch_size: int = 256
     """Per layer, each image's tokens Z^{l+1} averaged over tokens: a list of (B, d) arrays."""
     chunks: list[list[np.ndarray]] = []
     for start in range(0, len(images), batch_size):
-        reps = layer_representations(model, images[start : start + batch_size])
-        chunks.append([rep.z_out.to(torch.float64).mean(dim=1).numpy() for rep in reps])
+        traces = trace_model(model, images[start : start + batch_size], attention=False)
+        chunks.append([trace.z_out.to(torch.float64).mean(dim=1).numpy() for trace in traces])
     return [np.concatenate([chunk[layer] for chunk in chunks]) for layer in range(len(chunks[0]))]
 
 
@@ -123,15 +180,19 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, va
 def evaluate_model(
     model: nn.Module,
     data: EvalData,
-    eps: float = 0.5,
-    convention: Convention = "paper",
+    eps: dict[str, float] | None = None,
     lam: float = 0.1,
     probe_images: int = 128,
     top_k: int = 5,
+    mass: float = 0.6,
 ) -> dict[str, Any]:
-    """All numbers of the report for one model: accuracy, layerwise curves, lenses, geometry, probes."""
+    """All numbers of the report for one model: accuracy, layerwise curves in both conventions (``eps``
+    per convention, defaults 0.01 official and 0.5 paper), lenses, seeds' lenses, segmentation (where the
+    data has foreground masks), geometry and linear probes."""
     model.eval()
+    eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
     images = data.val_images[:probe_images]
+    traces = trace_model(model, images)
     logits = torch.cat([model(data.val_images[i : i + 256]) for i in range(0, len(data.val_images), 256)])
     train_features = layer_features(model, data.train_images)
     val_features = layer_features(model, data.val_images)
@@ -139,15 +200,22 @@ def evaluate_model(
         linear_probe(tr, data.train_labels.numpy(), va, data.val_labels.numpy())
         for tr, va in zip(train_features, val_features, strict=True)
     ]
+    segmentation = None
+    if data.val_masks is not None:
+        segmentation = segmentation_scores(model, data.val_images, data.val_masks, mass=mass)
     return {
         "architecture": type(model).__name__,
+        # query = key: symmetric PSD scores by construction, whatever the weights
+        "shared_query_key": all(getattr(b.attn, "shared_query_key", False) for b in transformer_blocks(model)),
         "parameters": sum(p.numel() for p in model.parameters()),
         "data": data.name,
         "val_accuracy": float((logits.argmax(-1) == data.val_labels).float().mean()),
-        "rate_settings": {"eps": eps, "convention": convention, "lambda": lam, "images": len(images)},
-        "layerwise": layerwise_curves(model, images, eps, convention, lam),
-        "attention": attention_lenses(model, images, top_k),
+        "rate_settings": {"eps": eps, "lambda": lam, "images": len(images)},
+        "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
+        "attention": [attention_lenses(trace, top_k) for trace in traces],
+        "seeds": [seed_lenses(trace) for trace in traces],
         "top_k": top_k,
-        "geometry": operator_geometry(model),
+        "segmentation": segmentation,
+        "geometry": operator_geometry(model, traces),
         "linear_probe_accuracy": probes,
     }

@@ -18,6 +18,8 @@ import crate.models  # noqa: F401  (registers the zoo)
 from crate.models import CheckpointError
 from crate.models.convert import detect_layout
 
+from .segmentation import load_mask_folder, stroke_pixels
+
 __all__ = ["EvalData", "load_data", "load_model", "model_in_chans", "sample_photographs"]
 
 _HEAD_KEYS = ("head.weight", "mlp_head.1.weight", "model.head.weight")
@@ -90,12 +92,20 @@ def model_in_chans(model: torch.nn.Module) -> int:
 
 
 class EvalData:
-    """Images (normalised as in training) and labels of a train and a validation split."""
+    """Images (normalised as in training) and labels of a train and a validation split, and where known
+    the foreground of each validation image as a pixel mask (B, H, W)."""
 
-    def __init__(self, name: str, train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor]):
+    def __init__(
+        self,
+        name: str,
+        train: tuple[torch.Tensor, torch.Tensor],
+        val: tuple[torch.Tensor, torch.Tensor],
+        val_masks: torch.Tensor | None = None,
+    ):
         self.name = name
         self.train_images, self.train_labels = train
         self.val_images, self.val_labels = val
+        self.val_masks = val_masks
 
 
 def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,15 +114,20 @@ def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]
     return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
-def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000) -> EvalData:
-    """``digits`` (the embedded data), or a train.py YAML config whose ``data`` section is used."""
-    from crate.data.digits import load_digits_tensors
+def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000, masks: str | None = None) -> EvalData:
+    """``digits`` (the embedded data; its foreground is the digit's strokes), or a train.py YAML config
+    whose ``data`` section is used; ``masks`` is a folder of foreground masks mirroring its ``val/`` folder
+    (``masks/<class>/<image stem>.png``, non-zero = foreground)."""
+    from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 
     in_chans = model_in_chans(model)
     size = model.patch_embed.img_size[0]
     if spec == "digits":
+        if masks is not None:
+            raise ValueError("digits brings its own foreground (the strokes); --masks is for image-folder data")
         train, val = load_digits_tensors(img_size=size, in_chans=in_chans)
-        return EvalData("digits", (train.images, train.labels), (val.images, val.labels))
+        strokes = stroke_pixels(val.images, DIGITS_MEAN, DIGITS_STD)
+        return EvalData("digits", (train.images, train.labels), (val.images, val.labels), strokes)
     path = Path(spec)
     if not path.is_file():
         raise FileNotFoundError(f"--data must be 'digits' or a train.py YAML config; {spec} is neither")
@@ -122,7 +137,15 @@ def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000) -> Ev
     module_name, _, class_name = data["class_path"].rpartition(".")
     datamodule = getattr(importlib.import_module(module_name), class_name)(**(data.get("init_args") or {}))
     datamodule.setup("fit")
-    return EvalData(path.stem, _stack(datamodule.train_set, limit), _stack(datamodule.val_set, limit))
+    val = _stack(datamodule.val_set, limit)
+    val_masks = None
+    if masks is not None:
+        samples = getattr(datamodule.val_set, "samples", None)
+        if samples is None:
+            raise ValueError(f"--masks needs an image-folder dataset; {class_name} has no image files")
+        paths = [path for path, _ in samples[: len(val[1])]]
+        val_masks = load_mask_folder(masks, paths, datamodule.val_set.root, datamodule.val_set.transform)
+    return EvalData(path.stem, _stack(datamodule.train_set, limit), val, val_masks)
 
 
 def sample_photographs(model: torch.nn.Module, mean: float = 0.5, std: float = 0.5) -> tuple[torch.Tensor, np.ndarray]:

@@ -17,6 +17,8 @@ __all__ = [
     "pca_figure",
     "probe_figure",
     "save",
+    "seeds_figure",
+    "segmentation_figure",
 ]
 
 MARKERS = ("o", "s", "^", "D")
@@ -32,48 +34,113 @@ def _layers(values: list) -> np.ndarray:
 
 
 def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
-    """R, R^c before/after attention, sparsity after the MLP/ISTA step and SRR, per layer, per model."""
-    figure = Figure(figsize=(15, 3.4), layout="constrained")
+    """R^c before/after each attention step (official and paper conventions, measured on what the attention
+    sees), the raw residual stream's R^c, and the sparsity of the sparse code; per layer, per model."""
+    figure = Figure(figsize=(16, 3.4), layout="constrained")
     axes = figure.subplots(1, 4)
-    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
-        curves = result["layerwise"]
-        x = _layers(curves["R"])
-        axes[0].plot(x, curves["R"], marker=marker, label=label)
-        axes[1].plot(x, curves["Rc_before_attention"], marker=marker, label=f"{label}: before attention")
-        axes[1].plot(x, curves["Rc_after_attention"], marker=marker, linestyle="--", label=f"{label}: after")
-        axes[2].plot(x, curves["sparsity_after_mlp"], marker=marker, label=label)
-        axes[3].plot(x, curves["srr"], marker=marker, label=label)
-    titles = (
-        "coding rate R(Z^l)",
-        "compression term R^c(Z | U^l)",
-        "sparsity after ISTA / MLP",
-        "sparse rate reduction",
+    panels = (
+        ("official", "Rc", "R^c(LN Z | U^l), official (eps 0.01)"),
+        ("paper", "Rc", "R^c(LN Z | U^l), paper convention"),
+        ("paper", "Rc_raw", "R^c of the raw stream Z (paper)"),
     )
-    for axis, title in zip(axes, titles, strict=True):
+    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
+        for axis, (convention, stem, _) in zip(axes, panels, strict=False):
+            curves = result["layerwise"][convention]
+            x = _layers(curves[f"{stem}_before_attention"])
+            axis.plot(x, curves[f"{stem}_before_attention"], marker=marker, label=f"{label}: before attention")
+            axis.plot(x, curves[f"{stem}_after_attention"], marker=marker, linestyle="--", label=f"{label}: after")
+        curves = result["layerwise"]["official"]
+        code = curves["sparsity_of_code"]
+        if all(v is not None for v in code):
+            axes[3].plot(_layers(code), code, marker=marker, label=f"{label}: sparse code")
+        axes[3].plot(
+            _layers(code), curves["sparsity_of_output"], marker=marker, linestyle=":", label=f"{label}: block output"
+        )
+    for axis, (_, _, title) in zip(axes, panels, strict=False):
         axis.set(title=title, xlabel="layer l")
-        axis.legend(fontsize=7)
-    axes[2].set_ylim(0, 1)
+        axis.legend(fontsize=6)
+    axes[3].set(title="fraction of exact zeros", xlabel="layer l", ylim=(-0.02, 1))
+    axes[3].legend(fontsize=6)
     return figure
 
 
+def _per_layer(result: dict[str, Any], key: str) -> list[float]:
+    return [np.mean(layer[key]) if layer[key] is not None else np.nan for layer in result["attention"]]
+
+
 def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
-    """Kernel asymmetry, negative eigenvalue mass, head redundancy, entropy; per layer, mean over heads."""
-    figure = Figure(figsize=(15, 3.4), layout="constrained")
-    axes = figure.subplots(1, 4)
-    keys = ("asymmetry", "negative_mass", "redundancy", "entropy")
+    """Effective rank, agreement with the kernel (and its chance level), head redundancy, row entropy and
+    top-k mass of the attention maps; per layer, mean over heads."""
+    figure = Figure(figsize=(18, 3.4), layout="constrained")
+    axes = figure.subplots(1, 5)
+    keys = ("effective_rank", "kernel_agreement", "redundancy", "entropy", "top_k_mass")
     titles = (
-        "kernel asymmetry ||S-S^T||/||S||",
-        "negative eigenvalue mass of sym(S)",
+        "effective rank of A",
+        "share of A on the kernel's top-p eigenvectors",
         "head redundancy",
-        "row entropy",
+        "row entropy (nats)",
+        "top-k mass",
     )
     for (label, result), marker in zip(results.items(), MARKERS, strict=False):
         for axis, key in zip(axes, keys, strict=True):
-            values = [np.mean(layer[key]) if layer[key] is not None else np.nan for layer in result["attention"]]
+            values = _per_layer(result, key)
             axis.plot(_layers(values), values, marker=marker, label=label)
+        baseline = result["attention"][0]["kernel_agreement_baseline"]
+        axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance ({baseline:.2f})")
     for axis, title in zip(axes, titles, strict=True):
         axis.set(title=title, xlabel="layer l")
         axis.legend(fontsize=7)
+    return figure
+
+
+def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
+    """Relative token dispersion at four points of each layer, and the change of the heads' outputs when
+    their keys are subsampled, against the number of keys kept (every layer)."""
+    figure = Figure(figsize=(11, 3.4), layout="constrained")
+    axes = figure.subplots(1, 2)
+    points = ("before_attention", "attention_input", "after_attention", "after_norm")
+    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
+        for layer, seed in enumerate(result["seeds"]):
+            offset = layer * (len(points) + 1)
+            values = [seed["relative_dispersion"][p] for p in points]
+            axes[0].plot(
+                range(offset, offset + len(points)), values, marker=marker, label=label if layer == 0 else None
+            )
+            axes[1].plot(
+                seed["subsampled_keys"],
+                seed["subsampling_error"],
+                marker=marker,
+                alpha=0.4 + 0.6 * layer / 8,
+                label=f"{label}, layer {layer}",
+            )
+    axes[0].set(
+        title="relative dispersion: Z, LN Z, Z + attn, LN(Z + attn)", xlabel="layer (four points each)", ylim=(0, 1.05)
+    )
+    axes[1].set(title="relative change of head outputs, N' keys", xlabel="keys kept N'", xscale="log")
+    for axis in axes:
+        axis.legend(fontsize=6)
+    return figure
+
+
+def segmentation_figure(
+    label: str, images: torch.Tensor, foreground: torch.Tensor, kept: torch.Tensor, grid: tuple[int, int]
+) -> Figure:
+    """Rows: images; columns: the image, its foreground patches, then each head's kept patches."""
+    rows, heads = kept.shape[:2]
+    figure = Figure(figsize=(1.5 * (heads + 2), 1.5 * rows), layout="constrained")
+    axes = figure.subplots(rows, heads + 2, squeeze=False)
+    for row in range(rows):
+        axes[row, 0].imshow(_display(images[row]), cmap="gray")
+        axes[row, 1].imshow(foreground[row].reshape(grid).numpy(), cmap="gray", vmin=0, vmax=1)
+        for head in range(heads):
+            axes[row, head + 2].imshow(kept[row, head].reshape(grid).numpy(), cmap="magma", vmin=0, vmax=1)
+            if row == 0:
+                axes[row, head + 2].set_title(f"head {head}", fontsize=8)
+    axes[0, 0].set_title("image", fontsize=8)
+    axes[0, 1].set_title("foreground", fontsize=8)
+    for axis in axes.flat:
+        axis.set_axis_off()
+    figure.suptitle(f"{label}: class-token attention holding 60% of the mass, last layer", fontsize=9)
     return figure
 
 
@@ -91,11 +158,14 @@ def probe_figure(results: dict[str, dict[str, Any]]) -> Figure:
 def coherence_figure(label: str, result: dict[str, Any]) -> Figure:
     """Heatmaps of sigma_max(Q_i^T Q_j) between heads, first and last layer."""
     matrices = result["geometry"]["subspace_coherence"]
-    figure = Figure(figsize=(7, 3.4), layout="constrained")
+    baseline = result["geometry"]["random_head_coherence"]
+    figure = Figure(figsize=(7, 3.6), layout="constrained")
     axes = figure.subplots(1, 2)
     for axis, index in zip(axes, (0, len(matrices) - 1), strict=True):
         image = axis.imshow(np.array(matrices[index]), vmin=0, vmax=1, cmap="viridis")
         axis.set(title=f"{label}: layer {index}", xlabel="head j", ylabel="head i")
+    if baseline is not None:
+        figure.suptitle(f"mean off-diagonal of random subspaces of the same shape: {baseline:.3f}", fontsize=9)
     figure.colorbar(image, ax=axes, shrink=0.8, label="coherence")
     return figure
 

@@ -1,4 +1,8 @@
-"""Run the whole evaluation for one model or a pair, and write metrics.json, the PNGs and report.md."""
+"""Run the whole evaluation for one model or a pair, and write metrics.json, the PNGs and report.md.
+
+The report's sentences are computed from the numbers (how many layers compress, whether a figure beats
+its random baseline), never written in advance; properties that hold by construction are marked so.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +16,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from crate.metrics import layer_representations
+from crate.metrics import trace_model
 
 from . import plots
-from .attention import layer_attention
-from .evaluate import evaluate_model
+from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
+from .segmentation import attention_masks, foreground_patches
 
 __all__ = ["write_report"]
 
 
 def _pca_rgb(model: nn.Module, images: torch.Tensor) -> np.ndarray:
     """First three principal components of the last layer's patch tokens, scaled to [0, 1], on the grid."""
-    tokens = layer_representations(model, images)[-1].z_out[:, model.num_prefix_tokens :].to(torch.float64)
+    last = trace_model(model, images, attention=False)[-1]
+    tokens = last.z_out[:, model.num_prefix_tokens :].to(torch.float64)
     batch, patches, dim = tokens.shape
     flat = tokens.reshape(-1, dim)
     flat = flat - flat.mean(0)
@@ -35,14 +40,14 @@ def _pca_rgb(model: nn.Module, images: torch.Tensor) -> np.ndarray:
     return comps.reshape(batch, *grid, 3).numpy()
 
 
-def _cls_attention(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def _last_class_attention(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     """Class-token attention over the patches in the last layer: (B, K, N_patches)."""
-    attention = layer_attention(model, images, layers=[-1])[0].attention
-    return attention[:, :, 0, model.num_prefix_tokens :]
+    return class_attention(trace_model(model, images)[-1:], model.num_prefix_tokens)[0]
 
 
 def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str, count: int) -> list[str]:
-    """Attention overlays and PCA images for dataset images and the bundled photographs."""
+    """Attention overlays and PCA images for dataset images and the bundled photographs, and the
+    segmentation examples where the data has foreground masks."""
     photos, photo_rgb = sample_photographs(model)
     grid = model.patch_embed.grid_size
     layer = len(model.blocks) - 1
@@ -53,7 +58,7 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
     }
     for source, (inputs, shown) in sources.items():
         with torch.no_grad():
-            cls = _cls_attention(model, inputs).float()
+            cls = _last_class_attention(model, inputs).float()
             pca = _pca_rgb(model, inputs)
         name = f"attention_{source}_{tag}.png"
         plots.save(plots.attention_figure(label, shown, cls, grid, layer), out / name)
@@ -61,38 +66,118 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
         name = f"pca_{source}_{tag}.png"
         plots.save(plots.pca_figure(label, shown, pca), out / name)
         files.append(name)
+    if data.val_masks is not None:
+        images = data.val_images[:count]
+        foreground = foreground_patches(data.val_masks[:count], tuple(model.patch_embed.patch_size))
+        kept = attention_masks(_last_class_attention(model, images))
+        name = f"segmentation_{tag}.png"
+        plots.save(plots.segmentation_figure(label, images, foreground, kept, grid), out / name)
+        files.append(name)
     return files
 
 
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _arrows(before: list[float], after: list[float]) -> str:
+    return ", ".join(f"{b:.1f} -> {a:.1f}" for b, a in zip(before, after, strict=True))
+
+
+def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
+    curves = result["layerwise"][convention]
+    before, after = curves[f"{stem}_before_attention"], curves[f"{stem}_after_attention"]
+    falls = sum(a < b for b, a in zip(before, after, strict=True))
+    return f"falls in {falls}/{len(before)} layers: {_arrows(before, after)}"
+
+
+def _mean_over_layers(result: dict[str, Any], key: str) -> float | None:
+    values = [np.mean(layer[key]) for layer in result["attention"] if layer[key] is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _kernel_cell(result: dict[str, Any], key: str) -> str:
+    value = _fmt(_mean_over_layers(result, key))
+    return f"{value} (0 by construction)" if result["shared_query_key"] else value
+
+
+def _segmentation_cell(result: dict[str, Any]) -> str:
+    seg = result["segmentation"]
+    if seg is None:
+        return "n/a (no masks)"
+    last = seg["layers"][max(seg["layers"], key=int)]
+    return (
+        f"best head {last['best_head_iou']:.3f} (head {last['best_head']}), mean {last['mean_over_heads']:.3f}, "
+        f"chance {last['chance']:.3f}"
+    )
+
+
+def _geometry_cell(result: dict[str, Any]) -> str:
+    geometry = result["geometry"]
+    last = geometry["mean_head_coherence"][-1]
+    return f"{_fmt(last)} (random: {_fmt(geometry['random_head_coherence'])})"
+
+
+def _dictionary_cell(result: dict[str, Any]) -> str:
+    geometry = result["geometry"]
+    if "dictionary_coherence" not in geometry:
+        return "n/a"
+    learned = np.mean(geometry["dictionary_coherence"])
+    random = np.mean([r["coherence"] for r in geometry["random_dictionary"]])
+    return f"{learned:.3f} (random: {random:.3f})"
+
+
 def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
-    def last(values: list) -> str:
-        return f"{values[-1]:.3f}" if values and values[-1] is not None else "n/a"
-
-    def mean(values: list) -> str:
-        clean = [v for v in values if v is not None]
-        return f"{np.mean(clean):.3f}" if clean else "n/a"
-
     lines = ["| quantity | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+
+    def sparsity(r: dict[str, Any]) -> str:
+        code = r["layerwise"]["official"]["sparsity_of_code"]
+        if all(v is not None for v in code):
+            return "code: " + ", ".join(f"{v:.2f}" for v in code)
+        output = r["layerwise"]["official"]["sparsity_of_output"]
+        return "no sparse code; output: " + ", ".join(f"{v:.2f}" for v in output)
+
+    def agreement(r: dict[str, Any]) -> str:
+        chance = r["attention"][0]["kernel_agreement_baseline"]
+        return f"{_fmt(_mean_over_layers(r, 'kernel_agreement'))} (chance {chance:.3f})"
+
     rows = {
         "validation accuracy": lambda r: f"{r['val_accuracy']:.4f}",
         "parameters": lambda r: f"{r['parameters']:,}",
-        "mean change of R^c across attention steps": lambda r: mean(
-            [
-                a - b
-                for a, b in zip(
-                    r["layerwise"]["Rc_after_attention"], r["layerwise"]["Rc_before_attention"], strict=True
-                )
-            ]
-        ),
-        "sparsity after the last ISTA/MLP step": lambda r: last(r["layerwise"]["sparsity_after_mlp"]),
-        "kernel asymmetry (mean over layers, heads)": lambda r: mean([np.mean(a["asymmetry"]) for a in r["attention"]]),
-        "negative eigenvalue mass (mean)": lambda r: mean([np.mean(a["negative_mass"]) for a in r["attention"]]),
-        "head redundancy (mean over layers)": lambda r: mean([a["redundancy"] for a in r["attention"]]),
-        "mean head subspace coherence (last layer)": lambda r: last(r["geometry"]["mean_head_coherence"]),
-        "linear probe, last layer": lambda r: last(r["linear_probe_accuracy"]),
+        "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
+        "R^c(LN Z \\| U) across attention, paper (eps 0.5)": lambda r: _compression_row(r, "paper", "Rc"),
+        "R^c of the raw stream Z across attention, paper": lambda r: _compression_row(r, "paper", "Rc_raw"),
+        "sparsity (fraction of exact zeros) per layer": sparsity,
+        "kernel asymmetry of J S J (mean)": lambda r: _kernel_cell(r, "asymmetry"),
+        "negative eigenvalue mass of J S J (mean)": lambda r: _kernel_cell(r, "negative_mass"),
+        "effective rank of attention maps (mean)": lambda r: _fmt(_mean_over_layers(r, "effective_rank"), 2),
+        "attention on the kernel's top-p eigenvectors (mean)": agreement,
+        "head redundancy (mean over layers)": lambda r: _fmt(_mean_over_layers(r, "redundancy")),
+        "row entropy, nats (mean)": lambda r: _fmt(_mean_over_layers(r, "entropy")),
+        "top-k mass (mean)": lambda r: _fmt(_mean_over_layers(r, "top_k_mass")),
+        "segmentation IoU, last layer": _segmentation_cell,
+        "head subspace coherence, last layer": _geometry_cell,
+        "dictionary coherence (mean over layers)": _dictionary_cell,
+        "linear probe, last layer": lambda r: _fmt(r["linear_probe_accuracy"][-1]),
     }
     for name, value in rows.items():
         lines.append(f"| {name} | " + " | ".join(value(r) for r in results.values()) + " |")
+    return "\n".join(lines)
+
+
+def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
+    """Per model and layer: relative dispersion at four points, and the subsampling error at each N'."""
+    keys = next(iter(results.values()))["seeds"][0]["subsampled_keys"]
+    head = "| model | layer | dispersion Z / LN Z / Z+attn / LN(Z+attn) | " + " | ".join(f"N'={n}" for n in keys)
+    lines = [head + " |", "|---|---|---|" + "---|" * len(keys)]
+    for label, result in results.items():
+        for layer, seed in enumerate(result["seeds"]):
+            d = seed["relative_dispersion"]
+            points = " / ".join(
+                f"{d[p]:.3f}" for p in ("before_attention", "attention_input", "after_attention", "after_norm")
+            )
+            errors = " | ".join(f"{e:.3f}" for e in seed["subsampling_error"])
+            lines.append(f"| {label} | {layer} | {points} | {errors} |")
     return "\n".join(lines)
 
 
@@ -106,6 +191,7 @@ def write_report(
     (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n")
     plots.save(plots.layerwise_figure(results), out / "layerwise.png")
     plots.save(plots.lenses_figure(results), out / "lenses.png")
+    plots.save(plots.seeds_figure(results), out / "seeds.png")
     plots.save(plots.probe_figure(results), out / "probe.png")
     pictures: dict[str, list[str]] = {}
     for index, (label, (model, data)) in enumerate(models.items()):
@@ -120,13 +206,15 @@ def write_report(
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
     settings = next(iter(results.values()))["rate_settings"]
+    eps = settings["eps"]
     parts = [
         "# Interpretability report",
         "",
         f"Models: {', '.join(f'`{label}`' for label in results)}. "
         f"Data: {next(iter(results.values()))['data']}. "
-        f"Coding rates with eps={settings['eps']} ({settings['convention']} convention) on "
-        f"{settings['images']} validation images; every number is in `metrics.json`.",
+        f"Rates and lenses on {settings['images']} validation images (official convention eps={eps['official']},"
+        f" paper convention eps={eps['paper']}); segmentation and probes on the whole validation split;"
+        " every number is in `metrics.json`.",
         "",
         f"```bash\n{command}\n```" if command else "",
         "",
@@ -134,34 +222,53 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         _summary_rows(results),
         "",
+        "How each figure is measured:",
+        "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
+        " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
+        " the official convention it equals their code's figure). For a ViT, U is its query projection."
+        " The raw-stream row measures Z itself, whose norm grows with depth: it mixes scale with compression.",
+        "- Kernel statistics are taken on the double-centred scores J S J, which softmax cannot tell apart"
+        " from S. Where query and key are one projection (CRATE), J S J is symmetric PSD for any weights:"
+        " those two rows are 0 by construction and are not findings. Effective rank and agreement with the"
+        " kernel's top eigenvectors can differ between models; the agreement's chance level is p/(N-1).",
+        "- Segmentation: per head, the patches holding 60% of the class token's attention against the"
+        " foreground patches (at least half their pixels foreground); chance: random patch sets of the same size.",
+        "- Coherence: mean over head pairs of the largest cosine between their subspaces, next to Gaussian"
+        " subspaces of the same shape.",
+        "",
         "## Layer-wise white-box curves",
         "",
         "![layerwise](layerwise.png)",
-        "",
-        "Read: CRATE's theory predicts that each attention step lowers R^c (dashed below solid),"
-        " each ISTA step raises sparsity, and R stays high; a ViT is not built to do either.",
         "",
         "## Lenses on attention",
         "",
         "![lenses](lenses.png)",
         "",
-        "Read: asymmetry and negative eigenvalue mass are 0 for a symmetric PSD kernel"
-        " (CRATE by construction); redundancy near 1 means heads attend alike;"
-        " lower entropy means more selective attention.",
+        "## The seeds' lenses",
+        "",
+        "![seeds](seeds.png)",
+        "",
+        "Relative dispersion is the tokens' mean squared distance from their mean over their mean squared"
+        " norm: 0 when all tokens are equal. Read the four points of a layer left to right: the raw input,"
+        " the attention's input after its norm, after the attention's residual update, after the next norm."
+        " The N' columns give the mean relative change of each head's output when its keys are a random"
+        " N' of the N tokens: attention read as inference from the tokens improves as N' grows.",
+        "",
+        _seed_rows(results),
         "",
         "## Linear probes",
         "",
         "![probe](probe.png)",
         "",
-        "Read: how linearly separable the classes are in each layer's mean-pooled tokens.",
+        "How linearly separable the classes are in each layer's mean-pooled tokens.",
     ]
     for label, files in pictures.items():
-        parts += ["", f"## `{label}`: attention, PCA and subspaces", ""]
+        parts += ["", f"## `{label}`: attention, segmentation, PCA and subspaces", ""]
         for name in files:
             parts.append(f"![{name}]({name})")
         parts += [
             "",
-            "Read: bright patches are where the class token looks, per head, in the last layer; PCA colours"
+            "Bright patches are where the class token looks, per head, in the last layer; PCA colours"
             " group patches whose features agree; the heatmaps show how much heads' subspaces overlap"
             " (0 orthogonal, 1 shared direction).",
         ]

@@ -79,8 +79,12 @@ class OvercompleteISTA(nn.Module):
         residual = F.linear(a1, D) - x  # D a_1 - x, row form
         return F.relu(a1 - self.step_size * torch.matmul(residual, D) - shrink)
 
+    def decode(self, code: torch.Tensor) -> torch.Tensor:
+        """D_hat a: the code mapped back to the token space."""
+        return F.linear(code, self.output_dictionary)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.sparse_code(x), self.output_dictionary)
+        return self.decode(self.sparse_code(x))
 
     def extra_repr(self) -> str:
         dim, atoms = self.dictionary.shape

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .trace import AttentionTrace
+
 __all__ = ["MSSA", "subspace_attention"]
 
 
@@ -48,7 +50,12 @@ class MSSA(nn.Module):
     ``qkv`` stores the stacked U_k^T as a bias-free ``Linear(d, K p)``; the output projection W_o is
     a learned ``Linear(K p, d)`` (with bias, as in the official CRATE; without for CRATE-alpha).
     The CRATE block applies it as Z^{l+1/2} = Z^l + MSSA(LN(Z^l)).
+
+    Because query and key are one projection, the pre-softmax scores w w^T / sqrt(p) are symmetric and
+    positive semidefinite for any weights (``shared_query_key``): a property of the layout, not a finding.
     """
+
+    shared_query_key = True
 
     def __init__(
         self,
@@ -83,10 +90,20 @@ class MSSA(nn.Module):
         batch, tokens, _ = x.shape
         return self.qkv(x).reshape(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        w = self.project(x)
-        dropout_p = self.attn_drop if self.training else 0.0
-        out = subspace_attention(w, self.scale, dropout_p)
-        out = out.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim)
+    def _output(self, heads: torch.Tensor) -> torch.Tensor:
+        """Concatenate the heads' outputs (B, K, N, p) and apply the output projection."""
+        batch, _, tokens, _ = heads.shape
+        out = heads.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dropout_p = self.attn_drop if self.training else 0.0
+        return self._output(subspace_attention(self.project(x), self.scale, dropout_p))
+
+    def forward_trace(self, x: torch.Tensor) -> tuple[torch.Tensor, AttentionTrace]:
+        """``forward`` with explicit scores and maps, returned with the output (for measurements)."""
+        w = self.project(x)
+        logits = torch.matmul(w, w.transpose(-2, -1)) * self.scale
+        attention = logits.softmax(dim=-1)
+        dropped = F.dropout(attention, p=self.attn_drop) if self.training and self.attn_drop > 0 else attention
+        return self._output(torch.matmul(dropped, w)), AttentionTrace(logits, attention, w)

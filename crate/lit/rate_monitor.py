@@ -12,63 +12,54 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 
-from crate.metrics import layer_representations
-from crate.metrics.functional import Convention, coding_rate, compression_rate, sparsity
-from crate.metrics.representations import transformer_blocks
+from crate.metrics import LayerwiseRates, series, trace_model, transformer_blocks
+from crate.metrics.functional import Convention
 
 __all__ = ["CodingRateMonitor", "layer_rate_values", "rate_curves_figure"]
 
 
 def layer_rate_values(
-    model: torch.nn.Module, images: torch.Tensor, eps: float, convention: Convention
+    model: torch.nn.Module, images: torch.Tensor, eps: float | None = None, convention: Convention = "official"
 ) -> dict[str, float]:
-    """Per layer l: R(Z^l), R^c(Z^l | U^l), R^c(Z^{l+1/2} | U^l) and, where the layer ends in ISTA, the
-    sparsity of Z^{l+1}; keys ``rate/<quantity>/layer_<l>``, means over the images."""
-    values: dict[str, float] = {}
-    for index, rep in enumerate(layer_representations(model, images)):
-        U = rep.subspaces
-        values[f"rate/R/layer_{index}"] = coding_rate(rep.z_in, eps, convention).mean().item()
-        values[f"rate/Rc_before_mssa/layer_{index}"] = compression_rate(rep.z_in, U, eps, convention).mean().item()
-        values[f"rate/Rc_after_mssa/layer_{index}"] = compression_rate(rep.z_half, U, eps, convention).mean().item()
-        if rep.sparse_output:
-            values[f"rate/sparsity_after_ista/layer_{index}"] = sparsity(rep.z_out).mean().item()
-    return values
-
-
-def _series(values: dict[str, float], quantity: str) -> list[float]:
-    prefix = f"rate/{quantity}/layer_"
-    layers = sorted(int(key[len(prefix) :]) for key in values if key.startswith(prefix))
-    return [values[f"{prefix}{layer}"] for layer in layers]
+    """Every per-layer quantity of ``crate.metrics.QUANTITIES`` on ``images``, from one trace of the model;
+    keys ``rate/<quantity>/layer_<l>``, means over the images."""
+    traces = trace_model(model, images, attention=False)
+    metric = LayerwiseRates(len(traces), eps=eps, convention=convention)
+    metric.update(traces)
+    return {f"rate/{key}": value.item() for key, value in metric.compute().items()}
 
 
 def rate_curves_figure(values: dict[str, float], title: str = "") -> Figure:
-    """Per-layer curves: R, R^c before and after each attention step, sparsity after each ISTA step."""
-    sparse = _series(values, "sparsity_after_ista")
+    """Per-layer curves: R, R^c before and after each attention step, sparsity of each sparse code."""
+    sparse = series(values, "sparsity_of_code", "rate/")
     figure = Figure(figsize=(10 if sparse else 7, 3.2), layout="constrained")
     axes = figure.subplots(1, 3 if sparse else 2)
-    layers = range(len(_series(values, "R")))
-    axes[0].plot(layers, _series(values, "R"), marker="o")
-    axes[0].set(title="coding rate R(Z^l)", xlabel="layer l")
-    axes[1].plot(layers, _series(values, "Rc_before_mssa"), marker="o", label="before attention")
-    axes[1].plot(layers, _series(values, "Rc_after_mssa"), marker="s", label="after attention")
-    axes[1].set(title="compression term R^c(Z | U^l)", xlabel="layer l")
+    rates = series(values, "R", "rate/")
+    layers = range(len(rates))
+    axes[0].plot(layers, rates, marker="o")
+    axes[0].set(title="coding rate R(LN Z^l)", xlabel="layer l")
+    axes[1].plot(layers, series(values, "Rc_before_attention", "rate/"), marker="o", label="before attention")
+    axes[1].plot(layers, series(values, "Rc_after_attention", "rate/"), marker="s", label="after attention")
+    axes[1].set(title="compression term R^c(LN Z | U^l)", xlabel="layer l")
     axes[1].legend()
     if sparse:
         axes[2].plot(layers, sparse, marker="o", color="tab:green")
-        axes[2].set(title="sparsity after ISTA", xlabel="layer l", ylim=(0, 1))
+        axes[2].set(title="sparsity of the sparse code", xlabel="layer l", ylim=(0, 1))
     if title:
         figure.suptitle(title)
     return figure
 
 
 class CodingRateMonitor(Callback):
-    """Log R, R^c before/after each attention step and sparsity after each ISTA step, per layer.
+    """Log the per-layer white-box quantities (R, R^c before/after each attention step, sparsity, ...).
 
     Every ``every_n_steps`` optimizer steps and at each validation epoch end, a fixed probe batch (the
-    first ``probe_size`` validation images) runs through the model in eval mode without gradients; the
-    values are computed in float64 whatever the training precision and logged to every logger as
-    ``rate/R/layer_{l}``, ``rate/Rc_before_mssa/layer_{l}``, ``rate/Rc_after_mssa/layer_{l}`` and
-    ``rate/sparsity_after_ista/layer_{l}`` (CRATE only: ViT has no ISTA step). At validation end a figure
+    first ``probe_size`` validation images) runs once through the model in eval mode without gradients,
+    traced (``crate.metrics.trace_model``); the values are computed in float64 whatever the training
+    precision and logged to every logger as ``rate/<quantity>/layer_{l}`` for each quantity of
+    ``crate.metrics.QUANTITIES``: ``Rc_before_attention`` / ``Rc_after_attention`` are measured on what the
+    attention sees (U^T LN(Z)), as the CRATE authors measure; ``sparsity_of_code`` only for blocks with a
+    sparse code (CRATE's ISTA output, CRATE-alpha's a_2). At validation end a figure
     of the curves goes to TensorBoard (every ``figure_every_n_epochs`` epochs and at the last). The
     probe is the same on every process and only rank zero measures, so the values do not depend on
     the number of processes.
@@ -78,9 +69,10 @@ class CodingRateMonitor(Callback):
             without transformer blocks).
         every_n_steps: interval in optimizer steps; 0 measures only at validation end.
         probe_size: number of validation images in the probe batch.
-        eps: the distortion eps of the coding rate.
-        convention: ``paper`` (alpha = d/(N eps^2)) or ``official`` (unit-norm tokens, alpha = d/(N eps),
-            use eps=0.01 for numbers comparable to the CRATE paper's figures).
+        eps: the distortion eps of the coding rate; None (default) takes the convention's: 0.01 for
+            ``official``, 0.5 for ``paper``.
+        convention: ``official`` (default: unit-norm tokens per head, alpha = p/(N eps), the CRATE
+            authors' measurement) or ``paper`` (alpha = d/(N eps^2) on the tokens as they are).
         figure_every_n_epochs: send the figure of the curves to TensorBoard at the end of every n-th
             validation epoch and of the last one (0: never). A figure costs about 0.3 s on 2 CPU cores,
             a measurement of the default probe about 0.04 s.
@@ -91,14 +83,16 @@ class CodingRateMonitor(Callback):
         enabled: bool = True,
         every_n_steps: int = 100,
         probe_size: int = 32,
-        eps: float = 0.5,
-        convention: Convention = "paper",
+        eps: float | None = None,
+        convention: Convention = "official",
         figure_every_n_epochs: int = 10,
     ) -> None:
         if every_n_steps < 0 or probe_size < 1 or figure_every_n_epochs < 0:
             raise ValueError("every_n_steps and figure_every_n_epochs must be >= 0, probe_size >= 1")
         if convention not in ("paper", "official"):
             raise ValueError(f"convention must be 'paper' or 'official', got {convention!r}")
+        if eps is not None and eps <= 0:
+            raise ValueError(f"eps must be positive, got {eps}")
         self.enabled = enabled
         self.every_n_steps = every_n_steps
         self.probe_size = probe_size

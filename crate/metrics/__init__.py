@@ -1,16 +1,24 @@
-"""torchmetrics Metrics and functional forms of the sparse rate reduction objective (no Lightning here)."""
+"""torchmetrics Metrics and functional forms of the sparse rate reduction objective (no Lightning here).
+
+Per-layer quantities are read from one trace of the model (``trace_model``); ``layerwise_values`` and
+``LayerwiseRates`` compute them, with the names of ``QUANTITIES``.
+"""
 
 from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
-from .representations import LayerRepresentation, layer_representations, layer_subspaces
+from .layerwise import QUANTITIES, LayerwiseRates, layerwise_values, series
+from .trace import trace_model, transformer_blocks
 
 __all__ = [
+    "QUANTITIES",
     "CodingRate",
     "CompressionRate",
-    "LayerRepresentation",
+    "LayerwiseRates",
     "SparseRateReduction",
     "Sparsity",
     "functional",
-    "layer_representations",
-    "layer_subspaces",
+    "layerwise_values",
+    "series",
+    "trace_model",
+    "transformer_blocks",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "OFFICIAL_EPS",
     "coding_rate",
     "compression_rate",
+    "default_eps",
     "logdet_identity_plus_gram",
     "sparse_rate_reduction",
     "sparsity",
@@ -34,6 +35,13 @@ __all__ = [
 
 Convention = Literal["paper", "official"]
 OFFICIAL_EPS = 0.01
+PAPER_EPS = 0.5
+
+
+def default_eps(convention: Convention) -> float:
+    """The distortion each convention is used with: 0.01 (``official``, the CRATE figures) or 0.5 (``paper``)."""
+    _check_convention(convention)
+    return OFFICIAL_EPS if convention == "official" else PAPER_EPS
 
 
 def logdet_identity_plus_gram(Z: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:

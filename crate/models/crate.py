@@ -23,7 +23,7 @@ from timm.models._features import feature_take_indices
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from crate.layers import ISTA, MSSA, PatchEmbed
+from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 
 from .convert import checkpoint_errors, checkpoint_filter_fn
 from .shipped import digits_cfg
@@ -62,6 +62,26 @@ class CrateBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return self.ista(self.norm2(x))
+
+    def sparse_step(self, z_half: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Z^{l+1}, the sparse code) from Z^{l+1/2} and y = LN(Z^{l+1/2}): for CRATE both are ISTA(y)."""
+        code = self.ista(y)
+        return code, code
+
+    def forward_trace(self, x: torch.Tensor, attention: bool = True) -> tuple[torch.Tensor, BlockTrace]:
+        """``forward``, returned with the layer's measurement trace (``crate.layers.trace``)."""
+        attn_input = self.norm1(x)
+        if attention:
+            update, heads = self.attn.forward_trace(attn_input)
+        else:
+            update, heads = self.attn(attn_input), None
+        z_half = x + update
+        mlp_input = self.norm2(z_half)
+        z_out, code = self.sparse_step(z_half, mlp_input)
+        trace = BlockTrace.record(
+            x, attn_input, self.attn.subspaces, heads, z_half, self.norm1(z_half), mlp_input, code, z_out
+        )
+        return z_out, trace
 
 
 class CRATE(nn.Module):

@@ -33,6 +33,11 @@ class CrateAlphaBlock(CrateBlock):
         x = x + self.attn(self.norm1(x))
         return x + self.ista(self.norm2(x))
 
+    def sparse_step(self, z_half: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Z^{l+1} = Z^{l+1/2} + D_hat a_2, the code a_2): the sparse tensor is a_2, 4d wide, not the output."""
+        code = self.ista.sparse_code(y)
+        return z_half + self.ista.decode(code), code
+
 
 ALPHA_DEFAULTS: dict[str, Any] = dict(
     embed_layer=ConvPatchEmbed,

@@ -9,16 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from timm.layers import Attention
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
+from torch import nn
 
-from crate.layers import check_image_input
+from crate.layers import AttentionTrace, BlockTrace, check_image_input, register_trace_adapter
 
 from .crate import CPU_SIZES, cpu_cfg
 from .shipped import digits_cfg
 
-__all__ = ["ViTTwin"]
+__all__ = ["ViTTwin", "query_subspaces", "trace_vit_block"]
 
 
 class ViTTwin(VisionTransformer):
@@ -28,6 +30,49 @@ class ViTTwin(VisionTransformer):
         fixed_size = None if self.dynamic_img_size else self.patch_embed.img_size
         check_image_input(x, self.patch_embed.proj.in_channels, fixed_size)
         return super().forward_features(x, *args, **kwargs)
+
+
+def query_subspaces(attn: nn.Module) -> torch.Tensor:
+    """A ViT attention's query projection as subspaces U_[K] (K, d, p), its bias left out."""
+    query = attn.qkv.weight[: attn.num_heads * attn.head_dim]  # (K p, d): row block k is W_q,k
+    return query.reshape(attn.num_heads, attn.head_dim, -1).transpose(1, 2)
+
+
+def _trace_attention(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, AttentionTrace]:
+    """timm's ``Attention.forward`` with explicit scores and maps (same output, same operations)."""
+    if type(attn) is not Attention:
+        raise TypeError(f"the ViT trace adapter reads timm's Attention, not {type(attn).__name__}")
+    batch, tokens, _ = x.shape
+    gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
+    qkv = attn.qkv(x).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    attention = logits.softmax(dim=-1)
+    out = (attn.attn_drop(attention) @ v).transpose(1, 2).reshape(batch, tokens, attn.num_heads * attn.head_dim)
+    out = attn.norm(out)
+    if gate is not None:
+        out = out * gate
+    return attn.proj_drop(attn.proj(out)), AttentionTrace(logits, attention, v)
+
+
+def trace_vit_block(block: nn.Module, x: torch.Tensor, attention: bool = True) -> tuple[torch.Tensor, BlockTrace]:
+    """The measurement trace of timm's pre-norm ``Block``: U_[K] is the query projection, no sparse code."""
+    attn_input = block.norm1(x)
+    if attention:
+        update, heads = _trace_attention(block.attn, attn_input)
+    else:
+        update, heads = block.attn(attn_input), None
+    z_half = x + block.drop_path1(block.ls1(update))
+    mlp_input = block.norm2(z_half)
+    z_out = z_half + block.drop_path2(block.ls2(block.mlp(mlp_input)))
+    trace = BlockTrace.record(
+        x, attn_input, query_subspaces(block.attn), heads, z_half, block.norm1(z_half), mlp_input, None, z_out
+    )
+    return z_out, trace
+
+
+register_trace_adapter(Block, trace_vit_block)
 
 
 def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:
