@@ -11,12 +11,22 @@ import pytest
 import timm
 import torch
 from PIL import Image
+from test_data import _write_image_folder
 
 import crate  # noqa: F401
-from crate.interpret import layer_attention
+from crate.interpret import load_data
 from crate.interpret.__main__ import main
-from crate.interpret.geometry import dictionary_coherence, gram_identity_distance, subspace_coherence
-from crate.interpret.lenses import head_redundancy, kernel_asymmetry, kernel_negative_mass, row_entropy, top_k_mass
+from crate.interpret.evaluate import attention_lenses, operator_geometry, seed_lenses
+from crate.interpret.geometry import (
+    dictionary_coherence,
+    gram_identity_distance,
+    random_subspace_coherence,
+    subspace_coherence,
+)
+from crate.interpret.lenses import head_redundancy, relative_dispersion, token_dispersion
+from crate.interpret.segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
+from crate.lit.rate_monitor import layer_rate_values
+from crate.metrics import QUANTITIES, trace_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,42 +52,173 @@ def test_dictionary_statistics_equal_numpy() -> None:
     assert gram_identity_distance(torch.from_numpy(D)) == pytest.approx(expected, rel=1e-12)
 
 
-def test_kernel_and_attention_lenses_equal_numpy() -> None:
-    rng = np.random.default_rng(2)
-    S = rng.standard_normal((2, 3, 6, 6))
-    A = torch.from_numpy(S).softmax(-1).numpy()
-    St = torch.from_numpy(S)
-    asym = kernel_asymmetry(St).numpy()
-    neg = kernel_negative_mass(St).numpy()
-    red = head_redundancy(torch.from_numpy(A)).numpy()
-    ent = row_entropy(torch.from_numpy(A)).numpy()
-    top = top_k_mass(torch.from_numpy(A), 2).numpy()
-    for b in range(2):
-        cosines = []
-        for h in range(3):
-            s = S[b, h]
-            assert asym[b, h] == pytest.approx(np.linalg.norm(s - s.T) / np.linalg.norm(s), rel=1e-12)
-            lam = np.linalg.eigvalsh((s + s.T) / 2)
-            assert neg[b, h] == pytest.approx(np.abs(lam[lam < 0]).sum() / np.abs(lam).sum(), rel=1e-12)
-            assert ent[b, h] == pytest.approx(-(A[b, h] * np.log(A[b, h])).sum(-1), rel=1e-12)
-            assert top[b, h] == pytest.approx(np.sort(A[b, h], axis=-1)[:, -2:].sum(-1), rel=1e-12)
-            for g in range(3):
-                if g != h:
-                    x, y = A[b, h].ravel(), A[b, g].ravel()
-                    cosines.append(x @ y / np.linalg.norm(x) / np.linalg.norm(y))
-        assert red[b] == pytest.approx(np.mean(cosines), rel=1e-12)
-
-
-def test_crate_kernel_is_symmetric_psd_and_vit_kernel_is_not() -> None:
+def _hand_set_vit(kind: str) -> torch.nn.Module:
+    """The ViT twin with the first layer's key projection set from its query projection:
+    ``symmetric`` W_k = W_q (scores q q^T: symmetric PSD), ``negative`` W_k = -W_q (negative
+    semidefinite), ``uniform`` W_q = 0 (every score 0: uniform attention); biases of q and k zero."""
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 32, 32)
-    crate_layers = layer_attention(timm.create_model("crate_nano_patch4_32").eval(), x)
-    vit_layers = layer_attention(timm.create_model("vit_nano_patch4_32").eval(), x)
-    for layer in crate_layers:
-        assert kernel_asymmetry(layer.kernel).max() < 1e-12
-        assert kernel_negative_mass(layer.kernel).max() < 1e-9
-        torch.testing.assert_close(layer.attention.sum(-1), torch.ones_like(layer.attention[..., 0]))
-    assert min(kernel_asymmetry(layer.kernel).min() for layer in vit_layers) > 0.05
+    model = timm.create_model("vit_nano_patch4_32").eval()
+    attn = model.blocks[0].attn
+    width = attn.num_heads * attn.head_dim
+    with torch.no_grad():
+        weight, bias = attn.qkv.weight, attn.qkv.bias
+        bias[: 2 * width] = 0
+        if kind == "uniform":
+            weight[:width] = 0
+        else:
+            weight[width : 2 * width] = weight[:width] * (1 if kind == "symmetric" else -1)
+    return model
+
+
+def _numpy_scores(model: torch.nn.Module, attn_input: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Scores S (B, K, N, N) and values V (B, K, N, p) of layer 0 from its weights, in float64 numpy."""
+    attn = model.blocks[0].attn
+    x = attn_input.double().numpy()
+    weight, bias = attn.qkv.weight.detach().double().numpy(), attn.qkv.bias.detach().double().numpy()
+    qkv = x @ weight.T + bias
+    heads, width = attn.num_heads, attn.head_dim
+    q, k, v = (qkv[..., i * heads * width : (i + 1) * heads * width] for i in range(3))
+    split = lambda t: t.reshape(*t.shape[:2], heads, width).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = split(q), split(k), split(v)
+    return q @ k.transpose(0, 1, 3, 2) / np.sqrt(width), v
+
+
+def _np_softmax(S: np.ndarray) -> np.ndarray:
+    e = np.exp(S - S.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _np_lenses(s: np.ndarray, a: np.ndarray, rank: int) -> dict[str, float]:
+    """Every attention lens of one head, written out with numpy from its definition."""
+    n = s.shape[0]
+    J = np.eye(n) - np.ones((n, n)) / n
+    C = J @ s @ J
+    eigenvalues, vectors = np.linalg.eigh((C + C.T) / 2)
+    singular = np.linalg.svd(a, compute_uv=False)
+    share = singular / singular.sum()
+    share = share[share > 0]
+    top = vectors[:, np.argsort(eigenvalues)[-rank:]]
+    return {
+        "asymmetry": np.linalg.norm(C - C.T) / np.linalg.norm(C),
+        "negative_mass": np.abs(eigenvalues[eigenvalues < 0]).sum() / np.abs(eigenvalues).sum(),
+        "effective_rank": float(np.exp(-(share * np.log(share)).sum())),
+        "kernel_agreement": np.linalg.norm(a @ J @ top) ** 2 / np.linalg.norm(a @ J) ** 2,
+        "entropy": float(np.mean(-(a * np.log(a)).sum(-1))),
+        "top_k_mass": float(np.mean(np.sort(a, axis=-1)[:, -5:].sum(-1))),
+    }
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "negative", "uniform"])
+def test_attention_lenses_equal_numpy_on_hand_set_weights(kind: str) -> None:
+    model = _hand_set_vit(kind)
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    trace = trace_model(model, x)[0]
+    S, V = _numpy_scores(model, trace.attn_input)
+    np.testing.assert_allclose(trace.logits.double().numpy(), S, atol=1e-4)  # the trace holds the model's scores
+    A = _np_softmax(S)
+    ours = attention_lenses(trace, top_k=5)
+    batch, heads, tokens, width = V.shape
+    for h in range(heads):
+        expected = [_np_lenses(S[b, h], A[b, h], width) for b in range(batch)]
+        keys = ["effective_rank", "entropy", "top_k_mass"]
+        # uniform: S = 0 has no kernel to measure (0/0); negative: the top eigenvalue 0 is (N - p - 1)-fold,
+        # so "the top p eigenvectors" are not unique
+        keys += ["asymmetry", "negative_mass"] if kind != "uniform" else []
+        keys += ["kernel_agreement"] if kind == "symmetric" else []
+        for key in keys:
+            reference = np.mean([e[key] for e in expected])
+            assert ours[key][h] == pytest.approx(reference, rel=1e-3, abs=1e-6), (kind, key, h)
+    # the answers known in advance for these weights
+    if kind in ("symmetric", "negative"):  # up to float32 rounding of the model's own scores
+        assert max(ours["asymmetry"]) < 1e-6
+        assert max(ours["negative_mass"]) < 1e-6 if kind == "symmetric" else min(ours["negative_mass"]) > 1 - 1e-6
+    else:
+        assert ours["effective_rank"] == pytest.approx([1.0] * heads, abs=1e-6)
+        assert ours["entropy"] == pytest.approx([math.log(tokens)] * heads, rel=1e-9)
+        assert ours["top_k_mass"] == pytest.approx([5 / tokens] * heads, rel=1e-9)
+        assert ours["redundancy"] == pytest.approx(1.0, abs=1e-9)
+        # uniform attention: a random key subset gives the subset's mean of the values
+        seeds = seed_lenses(trace, keys=(8,))
+        generator = torch.Generator().manual_seed(0)
+        errors = []
+        for _ in range(4):
+            subset = torch.randperm(tokens, generator=generator)[:8].numpy()
+            full, sub = V.mean(2), V[:, :, subset].mean(2)
+            errors.append(np.mean(np.linalg.norm(sub - full, axis=-1) / np.linalg.norm(full, axis=-1)))
+        assert seeds["subsampling_error"][0] == pytest.approx(np.mean(errors), rel=1e-6)
+
+
+def test_redundancy_and_dispersion_equal_numpy() -> None:
+    rng = np.random.default_rng(2)
+    A = _np_softmax(rng.standard_normal((2, 3, 6, 6)))
+    Z = rng.standard_normal((2, 7, 5))
+    red = head_redundancy(torch.from_numpy(A)).numpy()
+    for b in range(2):
+        flat = A[b].reshape(3, -1)
+        cosines = [
+            flat[h] @ flat[g] / np.linalg.norm(flat[h]) / np.linalg.norm(flat[g])
+            for h in range(3)
+            for g in range(3)
+            if h != g
+        ]
+        assert red[b] == pytest.approx(np.mean(cosines), rel=1e-12)
+        spread = np.mean(np.sum((Z[b] - Z[b].mean(0)) ** 2, axis=-1))
+        assert token_dispersion(torch.from_numpy(Z))[b].item() == pytest.approx(spread, rel=1e-12)
+        relative = spread / np.mean(np.sum(Z[b] ** 2, axis=-1))
+        assert relative_dispersion(torch.from_numpy(Z))[b].item() == pytest.approx(relative, rel=1e-12)
+    same = torch.ones(1, 5, 4)
+    assert token_dispersion(same).item() == 0.0
+
+
+def test_crate_head_geometry_on_hand_set_subspaces() -> None:
+    model = timm.create_model("crate_nano_patch4_32").eval()  # d = 96, 4 heads of width 24
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight.copy_(torch.eye(96))  # head k reads coordinates 24k .. 24k+23
+    traces = trace_model(model, torch.randn(1, 3, 32, 32), attention=False)
+    geometry = operator_geometry(model, traces)
+    assert geometry["mean_head_coherence"][0] == pytest.approx(0.0, abs=1e-12)  # orthogonal heads
+    # the random baseline: for lines (p = 1) in R^10 the mean |cos| is Gamma(5) / (sqrt(pi) Gamma(5.5))
+    expected = math.gamma(5) / (math.sqrt(math.pi) * math.gamma(5.5))
+    assert random_subspace_coherence(2, 10, 1, draws=3000) == pytest.approx(expected, abs=0.01)
+    assert random_subspace_coherence(3, 8, 8, draws=2) == pytest.approx(1.0, abs=1e-9)  # p = d: one space
+
+
+def test_segmentation_pieces_on_known_masks() -> None:
+    attention = torch.tensor([[[0.5, 0.3, 0.1, 0.1]]])
+    kept = attention_masks(attention, mass=0.6)
+    assert kept.tolist() == [[[True, True, False, False]]]  # 0.5 < 0.6, 0.5 + 0.3 reaches it
+    target = torch.tensor([[True, False, True, False]])
+    assert mask_iou(kept, target).item() == pytest.approx(1 / 3)
+    # random 2 of 4 against a fixed 2 of 4: IoU 1 (1 way), 1/3 (4 ways), 0 (1 way)
+    assert random_mask_iou(kept, target, draws=4000).item() == pytest.approx((1 + 4 / 3) / 6, abs=0.02)
+    pixels = torch.zeros(1, 4, 4, dtype=torch.bool)
+    pixels[0, :2, :2] = True  # top-left patch full
+    pixels[0, 2, 2:] = True  # bottom-right patch half full
+    pixels[0, 0, 2] = True  # top-right patch a quarter full
+    assert foreground_patches(pixels, (2, 2)).tolist() == [[True, False, False, True]]
+
+
+def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> None:
+    _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    for path in (tmp_path / "images" / "val").rglob("*.png"):
+        mask = np.zeros((20, 24), dtype=np.uint8)
+        mask[:, :12] = 255  # left half foreground
+        target = tmp_path / "masks" / path.relative_to(tmp_path / "images" / "val")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(mask).save(target)
+    config = tmp_path / "data.yaml"
+    data_args = f"root: {tmp_path / 'images'}\n    img_size: 32\n    num_workers: 0"
+    config.write_text(f"data:\n  class_path: crate.lit.ImageFolderDataModule\n  init_args:\n    {data_args}\n")
+    model = timm.create_model("crate_nano_patch4_32", num_classes=2)
+    data = load_data(str(config), model, masks=str(tmp_path / "masks"))
+    assert data.val_masks.shape == (4, 32, 32)
+    columns = data.val_masks.float().mean(dim=(0, 1))
+    assert columns[:14].min() == 1 and columns[18:].max() == 0  # the left half stays the left half
+    next((tmp_path / "masks").rglob("*.png")).unlink()
+    with pytest.raises(FileNotFoundError, match="no mask for"):
+        load_data(str(config), model, masks=str(tmp_path / "masks"))
+    with pytest.raises(ValueError, match="strokes"):
+        load_data("digits", model, masks=str(tmp_path / "masks"))
 
 
 @pytest.fixture(scope="module")
@@ -91,36 +232,50 @@ def report(tmp_path_factory) -> Path:
     return out
 
 
-def test_report_numbers_are_finite_and_in_range(report: Path) -> None:
+def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Path) -> None:
     metrics = json.loads((report / "metrics.json").read_text())
     assert set(metrics) == {"crate_nano_patch4_32.digits", "vit_nano_patch4_32"}
     for label, result in metrics.items():
         assert 0.9 <= result["val_accuracy"] <= 1.0, label
-        curves = result["layerwise"]
-        assert len(curves["R"]) == 4
-        for key, values in curves.items():
-            assert all(math.isfinite(v) for v in values), (label, key)
-        assert all(v >= 0 for v in curves["R"] + curves["Rc_before_attention"] + curves["Rc_after_attention"])
-        assert all(0 <= v <= 1 for v in curves["sparsity_before_mlp"] + curves["sparsity_after_mlp"])
+        for convention in ("official", "paper"):
+            curves = result["layerwise"][convention]
+            assert set(curves) == set(QUANTITIES)
+            for key, values in curves.items():
+                assert len(values) == 4
+                assert all(v is None or math.isfinite(v) for v in values), (label, key)
         for layer in result["attention"]:
-            assert all(0 <= v for v in layer["asymmetry"])
-            assert all(0 <= v <= 1 for v in layer["negative_mass"] + layer["top_k_mass"])
+            assert all(0 <= v <= 1 for v in layer["negative_mass"] + layer["top_k_mass"] + layer["kernel_agreement"])
+            assert all(1 - 1e-9 <= v <= 65 for v in layer["effective_rank"])
             assert all(0 <= v <= math.log(65) + 1e-9 for v in layer["entropy"])
-            assert -1 <= layer["redundancy"] <= 1
-        for matrix in result["geometry"]["subspace_coherence"]:
-            assert all(-1e-9 <= v <= 1 + 1e-9 for row in matrix for v in row)
+        segmentation = result["segmentation"]
+        assert set(segmentation["layers"]) == {"2", "3"}
+        for scores in segmentation["layers"].values():
+            assert scores["best_head_iou"] == max(scores["per_head"])
+            assert 0 <= scores["chance"] <= 1
         assert all(0 <= v <= 1 for v in result["linear_probe_accuracy"])
     crate_result = metrics["crate_nano_patch4_32.digits"]
-    assert "dictionary_coherence" in crate_result["geometry"]
-    assert min(crate_result["layerwise"]["sparsity_after_mlp"]) > 0.2  # ISTA ends in a ReLU
-    assert max(metrics["vit_nano_patch4_32"]["layerwise"]["sparsity_after_mlp"]) < 0.01
+    assert crate_result["shared_query_key"] and not metrics["vit_nano_patch4_32"]["shared_query_key"]
+    assert "random_dictionary" in crate_result["geometry"]
+    assert all(v is None for v in metrics["vit_nano_patch4_32"]["layerwise"]["official"]["sparsity_of_code"])
+    # one place computes per-layer values: the report's figures are the monitor's on the same images
+    model = timm.create_model("crate_nano_patch4_32.digits", pretrained=True).eval()
+    images = load_data("digits", model).val_images[:32]
+    monitored = layer_rate_values(model, images, convention="official")
+    for layer, value in enumerate(crate_result["layerwise"]["official"]["Rc_after_attention"]):
+        # (the report traces with explicit attention, the monitor with SDPA: float32 rounding apart)
+        assert value == pytest.approx(monitored[f"rate/Rc_after_attention/layer_{layer}"], rel=1e-6)
 
 
 def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     text = (report / "report.md").read_text()
     pngs = sorted(report.glob("*.png"))
-    assert len(pngs) == 3 + 2 * 5
-    expected_sizes = {"layerwise.png": (1500, 340), "lenses.png": (1500, 340), "probe.png": (500, 340)}
+    assert len(pngs) == 4 + 2 * 6
+    expected_sizes = {
+        "layerwise.png": (1600, 340),
+        "lenses.png": (1800, 340),
+        "seeds.png": (1100, 340),
+        "probe.png": (500, 340),
+    }
     for png in pngs:
         assert f"({png.name})" in text, f"{png.name} is not shown in report.md"
         with Image.open(png) as image:
@@ -129,6 +284,7 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
             assert image.format == "PNG" and min(image.size) >= 100
             if png.name in expected_sizes:
                 assert image.size == expected_sizes[png.name]
+    assert "0 by construction" in text  # CRATE's symmetric PSD kernel is not presented as a finding
 
 
 def test_bad_or_mismatched_checkpoint_gets_a_clear_error(tmp_path: Path, capsys) -> None:

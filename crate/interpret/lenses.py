@@ -9,9 +9,10 @@ the double-centred scores C = J S J (J = I - 11^T / N), which no per-row constan
 For CRATE's shared projection S = w w^T / sqrt(p), so C is symmetric and PSD for any weights: both are 0
 by construction and say nothing about the trained model. Statistics that can differ between models:
 - effective rank of the attention map A: exp of the entropy of its normalised singular values;
-- kernel agreement: the share of the centred map's energy ||A V_r||^2 / ||A J||^2 that lies on the
-  top-r eigenvectors V_r of (C + C^T)/2 (r = head width p); a map unrelated to its kernel scores about
-  r / (N - 1), which :func:`kernel_agreement_baseline` gives.
+- kernel agreement: the share of the centred map's energy ||A J V_r||^2 / ||A J||^2 that lies on the
+  top-r eigenvectors V_r of (C + C^T)/2 (r = head width p); the rows' constant part (each row sums to 1)
+  is left out, so a map unrelated to its kernel scores about r / (N - 1), which
+  :func:`kernel_agreement_baseline` gives.
 Heads and selection: redundancy (mean pairwise cosine of the heads' maps), row entropy, top-k mass.
 
 Seeds' lenses, per layer:
@@ -70,12 +71,12 @@ def kernel_negative_mass(S: torch.Tensor) -> torch.Tensor:
 
 
 def kernel_agreement(S: torch.Tensor, A: torch.Tensor, rank: int) -> torch.Tensor:
-    """||A V_r||_F^2 / ||A J||_F^2 with V_r the top-``rank`` eigenvectors of sym(J S J)."""
+    """||A J V_r||_F^2 / ||A J||_F^2 with V_r the top-``rank`` eigenvectors of sym(J S J), in [0, 1]."""
     _, vectors = _symmetric_eigh(S)  # ascending eigenvalues
     top = vectors[..., -rank:]
     A = A.to(torch.float64)
-    centred = A - A.mean(dim=-1, keepdim=True)
-    return torch.linalg.matrix_norm(A @ top) ** 2 / torch.linalg.matrix_norm(centred).clamp_min(_TINY) ** 2
+    centred = A - A.mean(dim=-1, keepdim=True)  # A J
+    return torch.linalg.matrix_norm(centred @ top) ** 2 / torch.linalg.matrix_norm(centred).clamp_min(_TINY) ** 2
 
 
 def kernel_agreement_baseline(tokens: int, rank: int) -> float:

@@ -99,18 +99,24 @@ def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
     figure = Figure(figsize=(11, 3.4), layout="constrained")
     axes = figure.subplots(1, 2)
     points = ("before_attention", "attention_input", "after_attention", "after_norm")
-    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
+    for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
+        depth = len(result["seeds"])
         for layer, seed in enumerate(result["seeds"]):
             offset = layer * (len(points) + 1)
             values = [seed["relative_dispersion"][p] for p in points]
             axes[0].plot(
-                range(offset, offset + len(points)), values, marker=marker, label=label if layer == 0 else None
+                range(offset, offset + len(points)),
+                values,
+                marker=marker,
+                color=f"C{index}",
+                label=label if layer == 0 else None,
             )
             axes[1].plot(
                 seed["subsampled_keys"],
                 seed["subsampling_error"],
                 marker=marker,
-                alpha=0.4 + 0.6 * layer / 8,
+                color=f"C{index}",
+                alpha=0.3 + 0.7 * (layer + 1) / depth,
                 label=f"{label}, layer {layer}",
             )
     axes[0].set(
