@@ -85,8 +85,8 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
         for axis, key in zip(axes, keys, strict=True):
             values = _per_layer(result, key)
             axis.plot(_layers(values), values, marker=marker, label=label)
-        baseline = result["attention"][0]["kernel_agreement_baseline"]
-        axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance ({baseline:.2f})")
+    baseline = next(iter(results.values()))["attention"][0]["kernel_agreement_baseline"]
+    axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance p/(N-1) = {baseline:.2f}")
     for axis, title in zip(axes, titles, strict=True):
         axis.set(title=title, xlabel="layer l")
         axis.legend(fontsize=7)

@@ -24,7 +24,8 @@ def layer_rate_values(
     """Every per-layer quantity of ``crate.metrics.QUANTITIES`` on ``images``, from one trace of the model;
     keys ``rate/<quantity>/layer_<l>``, means over the images."""
     traces = trace_model(model, images, attention=False)
-    metric = LayerwiseRates(len(traces), eps=eps, convention=convention)
+    # measured by one process on one probe: nothing to sync (a sync here would wait for the other ranks)
+    metric = LayerwiseRates(len(traces), eps=eps, convention=convention, sync_on_compute=False)
     metric.update(traces)
     return {f"rate/{key}": value.item() for key, value in metric.compute().items()}
 

@@ -87,8 +87,9 @@ def _rate(Z: torch.Tensor, eps: float, convention: Convention) -> torch.Tensor:
 def coding_rate(Z: torch.Tensor, eps: float = 0.5, convention: Convention = "paper") -> torch.Tensor:
     """Per-sample coding rate R(Z) = 1/2 logdet(I + d/(N eps^2) Z^T Z); Z (B, N, d) -> (B,).
 
-    With ``convention="official"`` tokens are scaled to unit norm and alpha = d/(N eps); pass
-    ``eps=OFFICIAL_EPS`` for numbers comparable to the CRATE paper's figures.
+    With ``convention="official"`` tokens are scaled to unit norm and alpha = d/(N eps); with
+    ``eps=OFFICIAL_EPS``, applied to what the attention sees (``crate.metrics.layerwise``), this gives the
+    numbers of the CRATE authors' measurement code.
     """
     _check_convention(convention)
     return _rate(_as_batch(Z), eps, convention)
