@@ -10,30 +10,34 @@ Layouts:
 - a Lightning checkpoint of :class:`crate.lit.ImageClassifier` (keys under ``model.``);
 - the zoo's own timm layout (state dict or safetensors).
 Weights may sit under ``state_dict`` or ``model`` and keys may carry a ``module.`` prefix.
+
+Files are read by ``crate.models.checkpoint`` (the one reader); this module only converts what it read.
+The filter also adapts the patch embedding to the model's input channels with timm's ``adapt_input_conv``
+convention (1 -> C: repeat and scale by 1/C; C -> 1: sum), for conv and for flat (p1 p2 c) embeddings, so
+a grayscale checkpoint gives the same outputs on gray images replicated to C channels.
 """
 
 from __future__ import annotations
 
-import pickle
 import re
-import zipfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from timm.layers import resample_abs_pos_embed
+from timm.models import adapt_input_conv
 from torch import nn
 
-__all__ = ["CheckpointError", "checkpoint_errors", "checkpoint_filter_fn", "detect_layout"]
+__all__ = ["CheckpointError", "checkpoint_filter_fn", "detect_layout", "to_zoo_layout", "unwrap_state_dict"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded into the model it was given to, with what to do about it."""
 
 
-def _unwrap(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights of a loaded file: out of ``state_dict``/``model`` wrappers, without ``module.`` and
+    (for a Lightning module's keys) ``model.`` prefixes."""
     for key in ("state_dict", "model"):
         if key in state_dict and isinstance(state_dict[key], Mapping):
             state_dict = state_dict[key]
@@ -158,8 +162,10 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
         if k in own and not k.startswith("head.") and tuple(v.shape) != tuple(own[k].shape)
     ]
     missing = sorted(k for k in own if k not in state_dict and not k.startswith("head."))
-    if wrong or missing:
+    unexpected = sorted(k for k in state_dict if k not in own and not k.startswith("head."))
+    if wrong or missing or unexpected:
         detail = "; ".join(wrong[:4]) + (f"; missing {missing[:6]}" if missing else "")
+        detail += f"; not in the model {unexpected[:6]}" if unexpected else ""
         raise CheckpointError(
             f"the checkpoint does not fit {type(model).__name__} "
             f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. "
@@ -167,44 +173,66 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
         )
 
 
-def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
-    """Convert any supported checkpoint layout to ``model``'s and check that it fits."""
-    state_dict = _unwrap(state_dict)
+def to_zoo_layout(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Unwrapped weights, with the official CRATE / CRATE-alpha names converted to the zoo's."""
+    state_dict = unwrap_state_dict(state_dict)
     layout = detect_layout(state_dict)
     if layout == "crate_official":
-        state_dict = _rename(state_dict, _OFFICIAL_CRATE_TOP, _OFFICIAL_CRATE_LAYER)
-    elif layout == "crate_alpha_official":
-        state_dict = _rename(state_dict, _OFFICIAL_ALPHA_TOP, _OFFICIAL_ALPHA_LAYER)
-    _fill_absent_biases(state_dict, model)
-    _place_final_norm(state_dict, model)
-    _resample_pos_embed(state_dict, model)
-    _check_fits(state_dict, model)
+        return _rename(state_dict, _OFFICIAL_CRATE_TOP, _OFFICIAL_CRATE_LAYER)
+    if layout == "crate_alpha_official":
+        return _rename(state_dict, _OFFICIAL_ALPHA_TOP, _OFFICIAL_ALPHA_LAYER)
     return state_dict
 
 
-def _overlay_file(kwargs: Mapping[str, Any]) -> str | None:
-    overlay = kwargs.get("pretrained_cfg_overlay") or {}
-    return overlay.get("file") if isinstance(overlay, Mapping) else None
+def _adapt_channels(values: torch.Tensor, source: int, target: int) -> torch.Tensor:
+    """Per-feature vectors over (..., c): repeat (1 -> C), average (C -> 1), or tile and cut."""
+    if target == 1:
+        return values.mean(dim=-1, keepdim=True)
+    repeat = -(-target // source)
+    return values.repeat(*([1] * (values.ndim - 1)), repeat)[..., :target]
 
 
-@contextmanager
-def checkpoint_errors(variant: str, pretrained: bool, kwargs: Mapping[str, Any]) -> Iterator[None]:
-    """Turn the low-level failures of reading a checkpoint file into errors that say what to do."""
-    path = _overlay_file(kwargs) if pretrained else None
-    if path is not None and not Path(path).is_file():
-        raise FileNotFoundError(f"checkpoint file {path} for {variant} does not exist; check the path")
-    try:
-        yield
-    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile) as err:
-        raise CheckpointError(
-            f"checkpoint file {path} is corrupt or truncated ({err}); re-export or re-download it"
-        ) from err
-    except RuntimeError as err:
-        text = str(err)
-        if path is not None and any(s in text for s in ("zip archive", "PytorchStreamReader", "unpickl", "header")):
-            raise CheckpointError(f"checkpoint file {path} is corrupt or truncated ({text.splitlines()[0]})") from err
-        raise
-    except Exception as err:  # safetensors raises its own error type
-        if path is not None and type(err).__name__ == "SafetensorError":
-            raise CheckpointError(f"checkpoint file {path} is not a valid safetensors file ({err})") from err
-        raise
+def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
+    """Adapt the checkpoint's patch embedding to the model's input channels (conv or flat (p1 p2 c))."""
+    own = model.state_dict().get("patch_embed.proj.weight")
+    weight = state_dict.get("patch_embed.proj.weight")
+    if own is None or weight is None or weight.shape == own.shape or weight.shape[0] != own.shape[0]:
+        return
+    if weight.ndim == 4 and own.ndim == 4 and weight.shape[2:] == own.shape[2:]:
+        state_dict["patch_embed.proj.weight"] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])
+        return
+    patch = getattr(model.patch_embed, "patch_size", None)
+    if weight.ndim != 2 or own.ndim != 2 or patch is None:
+        return
+    area = patch[0] * patch[1]
+    if weight.shape[1] % area or own.shape[1] % area:
+        return
+    source, target = weight.shape[1] // area, own.shape[1] // area
+    kernel = weight.reshape(weight.shape[0], patch[0], patch[1], source).permute(0, 3, 1, 2)
+    kernel = adapt_input_conv(target, kernel, base_chans=source)
+    state_dict["patch_embed.proj.weight"] = kernel.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
+    for name in ("patch_embed.norm_in.weight", "patch_embed.norm_in.bias"):
+        if name in state_dict and state_dict[name].numel() == area * source:
+            values = state_dict[name].reshape(patch[0], patch[1], source)
+            state_dict[name] = _adapt_channels(values, source, target).reshape(-1)
+
+
+def checkpoint_filter_fn(
+    state_dict: Mapping[str, Any],
+    model: nn.Module,
+    family_filter: Callable[[dict[str, torch.Tensor], nn.Module], dict[str, torch.Tensor]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Convert any supported checkpoint layout to ``model``'s and check that it fits.
+
+    ``family_filter`` is a family's own conversion run after the layout conversion (the ViT twins use
+    timm's ViT filter); everything else is shared by every family of the zoo.
+    """
+    state_dict = to_zoo_layout(state_dict)
+    if family_filter is not None:
+        state_dict = dict(family_filter(state_dict, model))
+    _fill_absent_biases(state_dict, model)
+    _place_final_norm(state_dict, model)
+    _resample_pos_embed(state_dict, model)
+    _adapt_in_chans(state_dict, model)
+    _check_fits(state_dict, model)
+    return state_dict

@@ -25,7 +25,8 @@ from torch.utils.checkpoint import checkpoint
 
 from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 
-from .convert import checkpoint_errors, checkpoint_filter_fn
+from .checkpoint import pretrained_kwargs
+from .convert import checkpoint_filter_fn
 from .shipped import digits_cfg
 
 __all__ = ["CRATE", "CrateBlock"]
@@ -262,22 +263,17 @@ def _check_pool(global_pool: str) -> None:
 
 
 def create_crate_family(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
-    """``build_model_with_cfg`` for CRATE and CRATE-alpha, with checkpoint conversion and clear errors."""
+    """``build_model_with_cfg`` for CRATE and CRATE-alpha: files read by ``crate.models.checkpoint``,
+    converted and checked by ``checkpoint_filter_fn``."""
     out_indices = kwargs.pop("out_indices", 3)
-    overlay = kwargs.get("pretrained_cfg_overlay") or {}
-    if pretrained and "file" in overlay and "num_classes" not in overlay and "num_classes" in kwargs:
-        # A file given with num_classes is taken to hold that many classes; a mismatch is then an error
-        # that says how to reset the head, instead of a head silently dropped.
-        kwargs["pretrained_cfg_overlay"] = dict(overlay, num_classes=kwargs["num_classes"])
-    with checkpoint_errors(variant, pretrained, kwargs):
-        return build_model_with_cfg(
-            CRATE,
-            variant,
-            pretrained,
-            pretrained_filter_fn=checkpoint_filter_fn,
-            feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
-            **kwargs,
-        )
+    return build_model_with_cfg(
+        CRATE,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        **pretrained_kwargs(variant, pretrained, kwargs),
+    )
 
 
 def crate_cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:

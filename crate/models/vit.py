@@ -6,6 +6,7 @@ query, key and value projections and an MLP with residual, where CRATE has MSSA 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -17,6 +18,8 @@ from torch import nn
 
 from crate.layers import AttentionTrace, BlockTrace, check_image_input, register_trace_adapter
 
+from .checkpoint import pretrained_kwargs
+from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .shipped import digits_cfg
 
@@ -76,13 +79,15 @@ register_trace_adapter(Block, trace_vit_block)
 
 
 def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:
+    """As every zoo family: files read by ``crate.models.checkpoint``, the same ``num_classes`` rule, the
+    zoo's filter (timm's ViT conversion inside it), clear errors."""
     return build_model_with_cfg(
         ViTTwin,
         variant,
         pretrained,
-        pretrained_filter_fn=vit_checkpoint_filter_fn,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=vit_checkpoint_filter_fn),
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
-        **kwargs,
+        **pretrained_kwargs(variant, pretrained, kwargs),
     )
 
 

@@ -1,0 +1,166 @@
+"""The one door for checkpoint files: read any format the zoo meets, say what it holds, refuse clearly.
+
+Every path that loads weights from a file goes through :func:`read_checkpoint`: timm's pretrained path
+of every zoo family (``pretrained_cfg_overlay=dict(file=...)`` and the shipped ``.digits`` tags),
+``train.py --ckpt_path``, ``crate.interpret`` and ``crate.export``. It reads
+
+- Lightning ``.ckpt`` files written by ``train.py`` (weights under ``state_dict`` with ``model.`` prefixes,
+  the run's hyper-parameters under ``hyper_parameters``);
+- safetensors files (the zoo's exports carry ``model_name`` in their metadata);
+- torch files (``.pth``/``.pt``/``.bin``) holding a state dict, possibly under ``state_dict`` or ``model``,
+  with ``module.`` prefixes: the official CRATE, CRATE-alpha and timm layouts;
+
+and raises :class:`CheckpointError` (a missing file: ``FileNotFoundError``) with what the file holds and
+what to do. One rule for ``num_classes`` with a file, for every family: ``num_classes=N`` means the file
+has N classes (a mismatch is an error); to fine-tune a file with M classes on N, pass
+``pretrained_cfg_overlay=dict(file=..., num_classes=M)`` with ``num_classes=N`` and the head is reset.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
+
+__all__ = ["Checkpoint", "CheckpointError", "pretrained_kwargs", "read_checkpoint"]
+
+_LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size")
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint file holds: its weights in their own layout, and what is known of the model."""
+
+    path: str
+    state_dict: dict[str, torch.Tensor]
+    layout: str  # crate_official | crate_alpha_official | timm
+    source: str  # lightning | safetensors | torch
+    hparams: dict[str, Any] = field(default_factory=dict)  # model_name, num_classes, in_chans, img_size
+
+    @property
+    def model_name(self) -> str | None:
+        return self.hparams.get("model_name")
+
+    def zoo_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights renamed to the zoo's timm layout (official layouts converted)."""
+        return to_zoo_layout(self.state_dict)
+
+    @property
+    def num_classes(self) -> int | None:
+        """Rows of the classifier (None: no classifier in the file)."""
+        head = self.zoo_state_dict().get("head.weight")
+        return int(head.shape[0]) if head is not None and head.ndim == 2 else self.hparams.get("num_classes")
+
+    def in_chans(self, patch_size: tuple[int, int] | None = None) -> int | None:
+        """Input channels: from a conv patch embedding, or a flat one given the patch size."""
+        state = self.zoo_state_dict()
+        weight = state.get("patch_embed.proj.weight")
+        if weight is not None and weight.ndim == 4:
+            return int(weight.shape[1])
+        if weight is not None and weight.ndim == 2 and patch_size is not None:
+            return int(weight.shape[1]) // (patch_size[0] * patch_size[1])
+        return self.hparams.get("in_chans")
+
+    @property
+    def width_and_depth(self) -> tuple[int | None, int]:
+        state = self.zoo_state_dict()
+        pos = state.get("pos_embed")
+        depth = len({key.split(".")[1] for key in state if key.startswith("blocks.")})
+        return (int(pos.shape[-1]) if pos is not None else None), depth
+
+    def describe(self) -> str:
+        """One line for error messages: what the file holds."""
+        width, depth = self.width_and_depth
+        parts = [f"{self.model_name}" if self.model_name else f"a {self.layout}-layout model"]
+        if width is not None:
+            parts.append(f"width {width}, {depth} layers")
+        if self.num_classes is not None:
+            parts.append(f"{self.num_classes} classes")
+        if self.hparams.get("in_chans") is not None:
+            parts.append(f"{self.hparams['in_chans']} input channels")
+        if self.hparams.get("img_size") is not None:
+            parts.append(f"{self.hparams['img_size']}px images")
+        return f"{self.path} holds {', '.join(parts)} ({self.source} file)"
+
+
+def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                state = {key: handle.get_tensor(key) for key in handle.keys()}
+        except Exception as err:  # safetensors raises its own error types
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt or truncated: not a readable safetensors file ({err}); "
+                "re-export or re-download it, or pick another file"
+            ) from err
+        hparams = {"model_name": metadata["model_name"]} if "model_name" in metadata else {}
+        return state, "safetensors", hparams
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, RuntimeError, OSError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt, truncated or not a torch checkpoint ({first}); "
+            "re-export or re-download it, or pick another file"
+        ) from err
+    if not isinstance(loaded, Mapping):
+        raise CheckpointError(f"checkpoint {path} holds a {type(loaded).__name__}, not a state dict")
+    hyper = loaded.get("hyper_parameters")
+    if isinstance(hyper, Mapping) and "state_dict" in loaded:
+        return loaded, "lightning", {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
+    return loaded, "torch", {}
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint file of any supported format (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file {path} does not exist; check the path")
+    loaded, source, hparams = _load(path)
+    state = unwrap_state_dict(loaded)
+    tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
+    if not tensors:
+        raise CheckpointError(f"checkpoint {path} holds no weights (keys: {sorted(state)[:8]})")
+    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams)
+
+
+def _file_of(kwargs: Mapping[str, Any]) -> str | None:
+    overlay = kwargs.get("pretrained_cfg_overlay") or {}
+    if isinstance(overlay, Mapping) and overlay.get("file"):
+        return overlay["file"]
+    cfg = kwargs.get("pretrained_cfg")
+    return getattr(cfg, "file", None) or (cfg.get("file") if isinstance(cfg, Mapping) else None)
+
+
+def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The constructor kwargs of a zoo family with the pretrained file read through :func:`read_checkpoint`.
+
+    The file (from ``pretrained_cfg_overlay`` or a pretrained tag's cfg) is read here and handed to timm as
+    an in-memory state dict; a Lightning file of another architecture is refused; ``num_classes=N`` with a
+    file and no ``num_classes`` in the overlay means the file has N classes (the family's filter then
+    refuses a mismatch instead of silently resetting the head).
+    """
+    path = _file_of(kwargs) if pretrained else None
+    if path is None:
+        return kwargs
+    checkpoint = read_checkpoint(path)
+    if checkpoint.model_name and checkpoint.model_name.split(".")[0] != variant:
+        raise CheckpointError(f"{checkpoint.describe()}, not {variant}: create {checkpoint.model_name!r} to load it")
+    overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
+    from_overlay = overlay.pop("file", None) is not None
+    overlay["state_dict"] = checkpoint.state_dict
+    if from_overlay and "num_classes" not in overlay:
+        # a file given with num_classes is taken to hold that many classes: a mismatch is then an error
+        # that says how to reset the head, instead of a head silently dropped (timm's rule)
+        overlay["num_classes"] = kwargs.get("num_classes", checkpoint.num_classes or 1000)
+    return dict(kwargs, pretrained_cfg_overlay=overlay)
