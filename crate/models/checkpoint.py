@@ -155,7 +155,9 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
         return kwargs
     checkpoint = read_checkpoint(path)
     if checkpoint.model_name and checkpoint.model_name.split(".")[0] != variant:
-        raise CheckpointError(f"{checkpoint.describe()}, not {variant}: create {checkpoint.model_name!r} to load it")
+        raise CheckpointError(
+            f"{checkpoint.describe()}: it does not fit {variant}; create {checkpoint.model_name!r} to load it"
+        )
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
