@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import REPO, run_train
 
-from crate.metrics import QUANTITIES
+from crate.metrics import MONITORED
 
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 DDP = str(REPO / "configs" / "trainer" / "cpu_ddp.yaml")
@@ -49,7 +49,7 @@ def test_two_process_fit_matches_one_process_fit_within_tolerance(runs: dict[str
         assert abs(float(a["val/loss"]) / float(b["val/loss"]) - 1) <= 0.02
     rates_one, rates_two = _rows(runs["one"], "rate/R/layer_0")[-1], _rows(runs["two"], "rate/R/layer_0")[-1]
     rate_keys = [k for k in rates_one if k.startswith("rate/")]
-    assert len(rate_keys) == len(QUANTITIES) * 4  # every quantity, nano: 4 layers
+    assert len(rate_keys) == len(MONITORED) * 4  # every monitored quantity, nano: 4 layers
     for key in rate_keys:  # 1% relative, or 0.01 absolute for fractions (sparsities) near zero
         a, b = float(rates_one[key]), float(rates_two[key])
         assert abs(a - b) <= 0.01 * max(abs(b), 1.0), key

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, run_train
 from test_data import _write_image_folder
 
-from crate.metrics import QUANTITIES
+from crate.metrics import MONITORED
 
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 
@@ -54,7 +54,7 @@ def test_short_fit_on_digits_learns_and_leaves_logs_and_checkpoints(
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events next to the CSV log"
     with (run_dir / "metrics.csv").open() as handle:
         columns = set(csv.DictReader(handle).fieldnames)
-    quantities = [q for q in QUANTITIES if q != "sparsity_of_code" or config.startswith("crate")]
+    quantities = [q for q in MONITORED if q != "sparsity_of_code" or config.startswith("crate")]
     expected = {f"rate/{q}/layer_{layer}" for q in quantities for layer in range(4)}  # nano: 4 layers
     assert expected <= columns, f"the CodingRateMonitor did not log {sorted(expected - columns)}"
     assert not any("sparsity_of_code" in c for c in columns) or config.startswith("crate")

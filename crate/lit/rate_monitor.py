@@ -12,20 +12,25 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 
-from crate.metrics import LayerwiseRates, series, trace_model, transformer_blocks
+from crate.metrics import MONITORED, LayerwiseRates, series, trace_model, transformer_blocks
 from crate.metrics.functional import Convention
+from crate.metrics.layerwise import check_quantities
 
 __all__ = ["CodingRateMonitor", "layer_rate_values", "rate_curves_figure"]
 
 
 def layer_rate_values(
-    model: torch.nn.Module, images: torch.Tensor, eps: float | None = None, convention: Convention = "official"
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    eps: float | None = None,
+    convention: Convention = "official",
+    quantities: tuple[str, ...] | None = None,
 ) -> dict[str, float]:
-    """Every per-layer quantity of ``crate.metrics.QUANTITIES`` on ``images``, from one trace of the model;
-    keys ``rate/<quantity>/layer_<l>``, means over the images."""
+    """Per-layer quantities of ``crate.metrics.QUANTITIES`` (all by default) on ``images``, from one trace
+    of the model; keys ``rate/<quantity>/layer_<l>``, means over the images."""
     traces = trace_model(model, images, attention=False)
     # measured by one process on one probe: nothing to sync (a sync here would wait for the other ranks)
-    metric = LayerwiseRates(len(traces), eps=eps, convention=convention, sync_on_compute=False)
+    metric = LayerwiseRates(len(traces), eps=eps, convention=convention, quantities=quantities, sync_on_compute=False)
     metric.update(traces)
     return {f"rate/{key}": value.item() for key, value in metric.compute().items()}
 
@@ -57,11 +62,11 @@ class CodingRateMonitor(Callback):
     Every ``every_n_steps`` optimizer steps and at each validation epoch end, a fixed probe batch (the
     first ``probe_size`` validation images) runs once through the model in eval mode without gradients,
     traced (``crate.metrics.trace_model``); the values are computed in float64 whatever the training
-    precision and logged to every logger as ``rate/<quantity>/layer_{l}`` for each quantity of
-    ``crate.metrics.QUANTITIES``: ``Rc_before_attention`` / ``Rc_after_attention`` are measured on what the
-    attention sees (U^T LN(Z)), as the CRATE authors measure; ``sparsity_of_code`` only for blocks with a
-    sparse code (CRATE's ISTA output, CRATE-alpha's a_2). At validation end a figure
-    of the curves goes to TensorBoard (every ``figure_every_n_epochs`` epochs and at the last). The
+    precision and logged to every logger as ``rate/<quantity>/layer_{l}`` for each of ``quantities``
+    (default ``crate.metrics.MONITORED``; any of ``crate.metrics.QUANTITIES``). ``Rc_before_attention``
+    and ``Rc_after_attention`` are measured on what the attention sees (U^T LN(Z)), as the CRATE authors
+    measure; ``sparsity_of_code`` only for blocks with a sparse code (CRATE's ISTA output, CRATE-alpha's
+    a_2). At validation end a figure of the curves goes to TensorBoard (every ``figure_every_n_epochs`` epochs and at the last). The
     probe is the same on every process and only rank zero measures, so the values do not depend on
     the number of processes.
 
@@ -74,6 +79,8 @@ class CodingRateMonitor(Callback):
             ``official``, 0.5 for ``paper``.
         convention: ``official`` (default: unit-norm tokens per head, alpha = p/(N eps), the CRATE
             authors' measurement) or ``paper`` (alpha = d/(N eps^2) on the tokens as they are).
+        quantities: the quantities to log (default: R, R^c before/after attention, the sparsities;
+            the raw-stream rates and the sparse rate reduction cost more and are in ``crate.interpret``).
         figure_every_n_epochs: send the figure of the curves to TensorBoard at the end of every n-th
             validation epoch and of the last one (0: never). A figure costs about 0.3 s on 2 CPU cores,
             a measurement of the default probe about 0.04 s.
@@ -86,6 +93,7 @@ class CodingRateMonitor(Callback):
         probe_size: int = 32,
         eps: float | None = None,
         convention: Convention = "official",
+        quantities: list[str] | None = None,
         figure_every_n_epochs: int = 10,
     ) -> None:
         if every_n_steps < 0 or probe_size < 1 or figure_every_n_epochs < 0:
@@ -94,6 +102,7 @@ class CodingRateMonitor(Callback):
             raise ValueError(f"convention must be 'paper' or 'official', got {convention!r}")
         if eps is not None and eps <= 0:
             raise ValueError(f"eps must be positive, got {eps}")
+        self.quantities = check_quantities(MONITORED if quantities is None else quantities)
         self.enabled = enabled
         self.every_n_steps = every_n_steps
         self.probe_size = probe_size
@@ -131,7 +140,7 @@ class CodingRateMonitor(Callback):
         model.eval()
         try:
             images = self._probe_images(trainer).to(pl_module.device)
-            return layer_rate_values(model, images, self.eps, self.convention)
+            return layer_rate_values(model, images, self.eps, self.convention, self.quantities)
         finally:
             model.train(was_training)
 

@@ -6,10 +6,11 @@ Per-layer quantities are read from one trace of the model (``trace_model``); ``l
 
 from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
-from .layerwise import QUANTITIES, LayerwiseRates, layerwise_values, series
+from .layerwise import MONITORED, QUANTITIES, LayerwiseRates, layerwise_values, series
 from .trace import trace_model, transformer_blocks
 
 __all__ = [
+    "MONITORED",
     "QUANTITIES",
     "CodingRate",
     "CompressionRate",

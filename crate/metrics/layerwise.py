@@ -26,7 +26,7 @@ from crate.layers.trace import BlockTrace
 
 from .functional import Convention, coding_rate, compression_rate, default_eps, sparse_rate_reduction, sparsity
 
-__all__ = ["QUANTITIES", "LayerwiseRates", "layerwise_values", "series"]
+__all__ = ["MONITORED", "QUANTITIES", "LayerwiseRates", "check_quantities", "layerwise_values", "series"]
 
 QUANTITIES: dict[str, str] = {
     "R": "coding rate R(LN(Z^l)) of the attention input",
@@ -38,26 +38,53 @@ QUANTITIES: dict[str, str] = {
     "sparsity_of_output": "fraction of exact zeros of the block output Z^{l+1}",
     "srr": "sparse rate reduction R(Z^{l+1}) - R^c(Z^{l+1} | U^l) - lambda ||Z^{l+1}||_1 / N",
 }
+# What the coding-rate monitor logs by default: the paper's figures (the rest costs more per probe).
+MONITORED = ("R", "Rc_before_attention", "Rc_after_attention", "sparsity_of_code", "sparsity_of_output")
+
+
+def check_quantities(quantities: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """The requested quantities (all of :data:`QUANTITIES` for None), refusing unknown names."""
+    if quantities is None:
+        return tuple(QUANTITIES)
+    unknown = [q for q in quantities if q not in QUANTITIES]
+    if unknown:
+        raise ValueError(f"unknown quantities {unknown}; choose from {list(QUANTITIES)}")
+    return tuple(quantities)
+
+
+def _value(name: str, trace: BlockTrace, eps: float, convention: Convention, lam: float) -> torch.Tensor | None:
+    U = trace.subspaces
+    if name == "R":
+        return coding_rate(trace.attn_input, eps, convention)
+    if name == "Rc_before_attention":
+        return compression_rate(trace.attn_input, U, eps, convention)
+    if name == "Rc_after_attention":
+        return compression_rate(trace.attn_input_after, U, eps, convention)
+    if name == "Rc_raw_before_attention":
+        return compression_rate(trace.z_in, U, eps, convention)
+    if name == "Rc_raw_after_attention":
+        return compression_rate(trace.z_half, U, eps, convention)
+    if name == "sparsity_of_code":
+        return None if trace.sparse_code is None else sparsity(trace.sparse_code)
+    if name == "sparsity_of_output":
+        return sparsity(trace.z_out)
+    return sparse_rate_reduction(trace.z_out, U, eps, lam, convention)
 
 
 def layerwise_values(
-    traces: list[BlockTrace], eps: float | None = None, convention: Convention = "official", lam: float = 0.1
+    traces: list[BlockTrace],
+    eps: float | None = None,
+    convention: Convention = "official",
+    lam: float = 0.1,
+    quantities: tuple[str, ...] | None = None,
 ) -> dict[str, list[torch.Tensor | None]]:
-    """Per quantity of :data:`QUANTITIES`, per layer: the per-sample values (B,) in float64, or None where
-    the quantity does not apply (no sparse code). ``eps`` defaults to the convention's (see ``default_eps``)."""
+    """Per quantity (all of :data:`QUANTITIES` by default), per layer: the per-sample values (B,) in
+    float64, or None where the quantity does not apply (no sparse code). ``eps`` defaults to the
+    convention's (see ``default_eps``)."""
     eps = default_eps(convention) if eps is None else eps
-    values: dict[str, list[torch.Tensor | None]] = {name: [] for name in QUANTITIES}
-    for trace in traces:
-        U = trace.subspaces
-        values["R"].append(coding_rate(trace.attn_input, eps, convention))
-        values["Rc_before_attention"].append(compression_rate(trace.attn_input, U, eps, convention))
-        values["Rc_after_attention"].append(compression_rate(trace.attn_input_after, U, eps, convention))
-        values["Rc_raw_before_attention"].append(compression_rate(trace.z_in, U, eps, convention))
-        values["Rc_raw_after_attention"].append(compression_rate(trace.z_half, U, eps, convention))
-        values["sparsity_of_code"].append(None if trace.sparse_code is None else sparsity(trace.sparse_code))
-        values["sparsity_of_output"].append(sparsity(trace.z_out))
-        values["srr"].append(sparse_rate_reduction(trace.z_out, U, eps, lam, convention))
-    return values
+    return {
+        name: [_value(name, trace, eps, convention, lam) for trace in traces] for name in check_quantities(quantities)
+    }
 
 
 def series(values: dict[str, float], quantity: str, prefix: str = "") -> list[float]:
@@ -83,6 +110,7 @@ class LayerwiseRates(Metric):
         eps: distortion of the coding rate; None takes the convention's default (0.01 official, 0.5 paper).
         convention: ``official`` or ``paper``.
         lam: the sparsity weight lambda of the sparse rate reduction.
+        quantities: which of :data:`QUANTITIES` to compute (default: all).
 
     Example:
         >>> import timm, torch, crate
@@ -107,6 +135,7 @@ class LayerwiseRates(Metric):
         eps: float | None = None,
         convention: Convention = "official",
         lam: float = 0.1,
+        quantities: tuple[str, ...] | list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -120,15 +149,16 @@ class LayerwiseRates(Metric):
         self.eps = default_eps(convention) if eps is None else eps
         self.convention = convention
         self.lam = lam
-        shape = (len(QUANTITIES), num_layers)
+        self.quantities = check_quantities(quantities)
+        shape = (len(self.quantities), num_layers)
         self.add_state("total", default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.zeros(shape, dtype=torch.long), dist_reduce_fx="sum")
 
     def update(self, traces: list[BlockTrace]) -> None:
         if len(traces) != self.num_layers:
             raise ValueError(f"expected the traces of {self.num_layers} layers, got {len(traces)}")
-        values = layerwise_values(traces, self.eps, self.convention, self.lam)
-        for row, name in enumerate(QUANTITIES):
+        values = layerwise_values(traces, self.eps, self.convention, self.lam, self.quantities)
+        for row, name in enumerate(self.quantities):
             for layer, per_sample in enumerate(values[name]):
                 if per_sample is not None:
                     self.total[row, layer] += per_sample.sum().to(self.total.device)
@@ -138,7 +168,7 @@ class LayerwiseRates(Metric):
         """``{quantity}/layer_{l}`` -> mean, for every quantity and layer that had values."""
         return {
             f"{name}/layer_{layer}": self.total[row, layer] / self.count[row, layer]
-            for row, name in enumerate(QUANTITIES)
+            for row, name in enumerate(self.quantities)
             for layer in range(self.num_layers)
             if self.count[row, layer] > 0
         }

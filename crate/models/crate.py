@@ -89,7 +89,12 @@ class CRATE(nn.Module):
     """CRATE classifier: patch embedding, class token and learned position embedding, L layers,
     LayerNorm and a linear head on the pooled token (the class token by default).
 
-    ``embed_layer`` and ``block_fn`` choose the patch embedding and the layer (CRATE-alpha swaps both).
+    ``embed_layer`` and ``block_fn`` choose the patch embedding and the layer (CRATE-alpha swaps both);
+    ``final_norm_layer`` the norm before the head (default: ``norm_layer``); ``weight_init`` a function
+    applied to the new model (CRATE-alpha's follows its authors' training code).
+    ``global_pool="avg"`` averages the patch tokens (timm's convention); with ``pool_include_prefix=True``
+    it averages every token, class token included, as the official CRATE code's ``pool="mean"`` does:
+    load an official mean-pool checkpoint with ``global_pool="avg", pool_include_prefix=True``.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class CRATE(nn.Module):
         in_chans: int = 3,
         num_classes: int = 1000,
         global_pool: Literal["", "token", "avg"] = "token",
+        pool_include_prefix: bool = False,
         embed_dim: int = 384,
         depth: int = 12,
         num_heads: int = 6,
@@ -113,11 +119,14 @@ class CRATE(nn.Module):
         norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
         embed_layer: Callable[..., nn.Module] = PatchEmbed,
         block_fn: Callable[..., nn.Module] = CrateBlock,
+        final_norm_layer: Callable[[int], nn.Module] | None = None,
+        weight_init: Callable[[nn.Module], None] | None = None,
     ) -> None:
         super().__init__()
         _check_pool(global_pool)
         self.num_classes = num_classes
         self.global_pool = global_pool
+        self.pool_include_prefix = pool_include_prefix
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.num_prefix_tokens = 1
         self.has_class_token = True
@@ -146,10 +155,13 @@ class CRATE(nn.Module):
         )
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
-        self.norm = nn.Identity() if use_fc_norm else norm_layer(embed_dim)
-        self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
+        final_norm_layer = final_norm_layer or norm_layer
+        self.norm = nn.Identity() if use_fc_norm else final_norm_layer(embed_dim)
+        self.fc_norm = final_norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        if weight_init is not None:
+            weight_init(self)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
@@ -244,7 +256,7 @@ class CRATE(nn.Module):
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         if self.global_pool == "avg":
-            return x[:, self.num_prefix_tokens :].mean(dim=1)
+            return x.mean(dim=1) if self.pool_include_prefix else x[:, self.num_prefix_tokens :].mean(dim=1)
         if self.global_pool == "token":
             return x[:, 0]
         return x

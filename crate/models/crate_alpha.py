@@ -3,7 +3,14 @@
 Three changes to the CRATE layer make it scale: an overcomplete dictionary (C d atoms, C = 4) with two
 ISTA steps from zero, a decoupled output dictionary D_hat, and a residual connection around it:
     x = x + MSSA(LN(x)),    x = x + D_hat ISTA_2(LN(x) | D).
-The patch embedding is a strided convolution, and LayerNorms use eps 1e-6.
+The patch embedding is a strided convolution, and the block LayerNorms use eps 1e-6; the norm before the
+head uses PyTorch's default eps 1e-5, as the authors' PyTorch inference code does.
+
+Initialisation follows the authors' (JAX) training code, so that training from scratch starts where theirs
+does: D and D_hat kaiming-uniform with fan_in = d (bound sqrt(6/d): their dictionaries are (d, 4d)
+kernels whose input axis is d), the projections and the head normal(0.02) with zero biases, the conv
+patch embedding kaiming-uniform over its fan-in with a zero bias, the position embedding normal(0.02) and
+the class token normal(1e-6).
 """
 
 from __future__ import annotations
@@ -39,10 +46,30 @@ class CrateAlphaBlock(CrateBlock):
         return z_half + self.ista.decode(code), code
 
 
+def init_crate_alpha_weights(model: nn.Module) -> None:
+    """The initial distribution of the authors' training code (see the module docstring)."""
+    with torch.no_grad():
+        for block in model.blocks:
+            nn.init.normal_(block.attn.qkv.weight, std=0.02)
+            nn.init.normal_(block.attn.proj.weight, std=0.02)
+            for dictionary in (block.ista.dictionary, block.ista.output_dictionary):
+                nn.init.kaiming_uniform_(dictionary, mode="fan_out")  # (d, C d): fan_out is d, their fan_in
+        nn.init.kaiming_uniform_(model.patch_embed.proj.weight)  # fan_in = in_chans * p * p
+        if model.patch_embed.proj.bias is not None:
+            nn.init.zeros_(model.patch_embed.proj.bias)
+        nn.init.normal_(model.pos_embed, std=0.02)
+        nn.init.normal_(model.cls_token, std=1e-6)
+        if isinstance(model.head, nn.Linear):
+            nn.init.normal_(model.head.weight, std=0.02)
+            nn.init.zeros_(model.head.bias)
+
+
 ALPHA_DEFAULTS: dict[str, Any] = dict(
     embed_layer=ConvPatchEmbed,
     block_fn=CrateAlphaBlock,
     norm_layer=partial(nn.LayerNorm, eps=1e-6),
+    final_norm_layer=nn.LayerNorm,
+    weight_init=init_crate_alpha_weights,
 )
 
 default_cfgs = generate_default_cfgs(
