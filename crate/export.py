@@ -25,32 +25,26 @@ import yaml
 from safetensors.torch import save_file
 
 from crate.data.digits import load_digits_tensors
+from crate.layers import patch_embed_in_chans
 from crate.lit.factory import create_classifier
-from crate.models import CheckpointError, checkpoint_filter_fn
+from crate.models import CRATE, Checkpoint, CheckpointError, ViTTwin, checkpoint_filter_fn, read_checkpoint
 
 __all__ = ["digits_accuracy", "export_checkpoint", "main"]
 
 
-def _read_lightning_checkpoint(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise CheckpointError(f"cannot read {path}: corrupt, truncated or not a torch checkpoint ({err})") from err
-    hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}
-    if "model_name" not in hparams or "state_dict" not in checkpoint:
+def _read_lightning_checkpoint(path: Path) -> Checkpoint:
+    held = read_checkpoint(path)
+    if held.source != "lightning" or "model_name" not in held.hparams:
         raise CheckpointError(
-            f"{path} is not a Lightning checkpoint of crate.lit.ImageClassifier "
-            "(no hyper_parameters.model_name); "
-            "export works on the .ckpt files that train.py writes"
+            f"{held.describe()}: export works on the .ckpt files that train.py writes "
+            "(a Lightning checkpoint with hyper_parameters.model_name)"
         )
-    return checkpoint
+    return held
 
 
 def digits_accuracy(model: torch.nn.Module, img_size: int = 32, batch_size: int = 256) -> float:
     """Top-1 accuracy on the embedded digits validation split (the split DigitsDataModule uses)."""
-    in_chans = model.pretrained_cfg.get("input_size", (1,))[0] if hasattr(model, "pretrained_cfg") else 1
+    in_chans = patch_embed_in_chans(model.patch_embed)
     _, val = load_digits_tensors(img_size=img_size, in_chans=in_chans)
     model.eval()
     correct = 0
@@ -110,7 +104,7 @@ def export_checkpoint(
     if out.suffix != ".safetensors":
         raise ValueError(f"--out must end in .safetensors, got {out}")
     checkpoint = _read_lightning_checkpoint(ckpt)
-    hp = checkpoint["hyper_parameters"]
+    hp = checkpoint.lightning["hyper_parameters"]
     model = create_classifier(
         hp["model_name"],
         hp["num_classes"],
@@ -118,7 +112,13 @@ def export_checkpoint(
         hp.get("img_size"),
         **(hp.get("model_kwargs") or {}),
     )
-    model.load_state_dict(checkpoint_filter_fn(checkpoint, model))
+    if not isinstance(model, (CRATE, ViTTwin)):
+        raise CheckpointError(
+            f"{ckpt} holds {hp['model_name']}, a timm model outside the zoo: export writes zoo models, whose "
+            "exported files timm loads back through the zoo; save this model's weights with "
+            "timm.models.load_checkpoint / torch.save instead"
+        )
+    model.load_state_dict(checkpoint_filter_fn(checkpoint.state_dict, model))
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {
         k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
@@ -165,8 +165,8 @@ def export_checkpoint(
         "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
         "data": data.get("class_path", "unknown")
         + (" (scikit-learn digits, stratified 80/20 split)" if is_digits else ""),
-        "epochs": int(checkpoint.get("epoch", -1)) + 1,
-        "global_step": int(checkpoint.get("global_step", 0)),
+        "epochs": checkpoint.lightning["epoch"] + 1,
+        "global_step": checkpoint.lightning["global_step"],
         "val_accuracy": accuracy,
         "recipe": recipe,
         "file": out.name,

@@ -1,4 +1,5 @@
-"""Independent re-implementations of the official CRATE and CRATE-alpha layouts (DESIGN.md section 3),
+"""Independent re-implementations of the official CRATE (Ma-Lab-Berkeley/CRATE ``model/crate.py``) and
+CRATE-alpha PyTorch inference (UCSC-VLAA/CRATE-alpha ``torch_inference/model/crate_alpha.py``) layouts,
 module for module, so that their state dicts carry the official key names. Used only by the tests."""
 
 from __future__ import annotations
@@ -61,9 +62,30 @@ class OfficialISTA(nn.Module):
         return F.relu(x + 0.1 * grad - 0.1 * 0.1)
 
 
+def perturb_(module: nn.Module, seed: int = 0, scale: float = 0.2) -> nn.Module:
+    """Move every parameter off its initial value (LayerNorm weights off 1 and biases off 0 too), so a
+    conversion that swaps or drops any tensor changes the outputs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator))
+    return module
+
+
 class OfficialCRATE(nn.Module):
-    def __init__(self, image: int, patch: int, classes: int, dim: int, depth: int, heads: int, chans: int = 3):
+    def __init__(
+        self,
+        image: int,
+        patch: int,
+        classes: int,
+        dim: int,
+        depth: int,
+        heads: int,
+        chans: int = 3,
+        pool: str = "cls",
+    ):
         super().__init__()
+        self.pool = pool
         patch_dim = chans * patch * patch
         self.to_patch_embedding = nn.Sequential(
             UnfoldPatches(patch), nn.LayerNorm(patch_dim), nn.Linear(patch_dim, dim), nn.LayerNorm(dim)
@@ -84,7 +106,7 @@ class OfficialCRATE(nn.Module):
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
         for attn, ff in self.transformer.layers:
             x = ff(attn(x) + x)
-        return self.mlp_head(x[:, 0])
+        return self.mlp_head(x.mean(dim=1) if self.pool == "mean" else x[:, 0])
 
 
 class OfficialOvercompleteISTA(nn.Module):
@@ -110,7 +132,7 @@ class OfficialCrateAlpha(nn.Module):
         dim: int,
         depth: int,
         heads: int,
-        conv_bias: bool,
+        conv_bias: bool = True,
         chans: int = 3,
     ):
         super().__init__()
@@ -127,7 +149,8 @@ class OfficialCrateAlpha(nn.Module):
             )
             for _ in range(depth)
         )
-        self.mlp_head = nn.Sequential(nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, classes, bias=False))
+        # the inference file's head: LayerNorm with PyTorch's default eps, Linear with a bias
+        self.mlp_head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, classes))
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         x = self.conv1(img).flatten(2).transpose(1, 2)

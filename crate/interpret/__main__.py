@@ -2,16 +2,36 @@
 
     python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH --data digits --out DIR \\
         --compare vit_nano_patch4_32 PATH2 [--masks DIR]
+    python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH \
+        --data configs/crate_nano_imagefolder.yaml --data.root DIR --out DIR
 """
 
 from __future__ import annotations
 
 import argparse
 
+import yaml
+
 from crate.models import CheckpointError
 
 from .loading import load_data, load_model
 from .report import write_report
+
+
+def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[str, object]:
+    """``--data.KEY VALUE`` pairs (as train.py takes them) -> DataModule settings; anything else is refused."""
+    overrides: dict[str, object] = {}
+    items = iter(rest)
+    for flag in items:
+        key, _, value = flag.partition("=")
+        if not key.startswith("--data.") or len(key) <= len("--data."):
+            parser.error(f"unrecognized argument {flag!r} (DataModule settings are given as --data.KEY VALUE)")
+        if not value:
+            value = next(items, None)
+            if value is None:
+                parser.error(f"{key} needs a value")
+        overrides[key[len("--data.") :]] = yaml.safe_load(value)
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,14 +46,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eps-paper", type=float, default=0.5, help="eps of the paper convention")
     parser.add_argument("--probe-images", type=int, default=128, help="validation images for rates and lenses")
     parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    overrides = _data_overrides(parser, rest)
     pairs = [(args.model, args.checkpoint)] + ([tuple(args.compare)] if args.compare else [])
     try:
         models = {}
         for name, checkpoint in pairs:
             model = load_model(name, None if checkpoint in (None, "-") else checkpoint)
             label = name if name not in models else f"{name} (2)"
-            models[label] = (model, load_data(args.data, model, masks=args.masks))
+            models[label] = (model, load_data(args.data, model, masks=args.masks, overrides=overrides))
         results = write_report(
             models,
             args.out,

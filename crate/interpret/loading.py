@@ -12,74 +12,44 @@ import torch
 import torch.nn.functional as F
 import yaml
 from sklearn.datasets import load_sample_images
-from timm.models import load_state_dict
 
 import crate.models  # noqa: F401  (registers the zoo)
-from crate.models import CheckpointError
-from crate.models.convert import detect_layout
+from crate.layers import patch_embed_in_chans
+from crate.models import CheckpointError, read_checkpoint
 
 from .segmentation import load_mask_folder, stroke_pixels
 
 __all__ = ["EvalData", "load_data", "load_model", "model_in_chans", "sample_photographs"]
 
-_HEAD_KEYS = ("head.weight", "mlp_head.1.weight", "model.head.weight")
-
-
-def _peek(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        state = load_state_dict(str(path))
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"checkpoint {path} does not exist") from err
-    except Exception as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: corrupt, truncated or not a checkpoint ({err})") from err
-    if any(k.startswith("model.") for k in state):
-        state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
-    return state
-
-
-def _in_chans(state: dict[str, torch.Tensor]) -> int | None:
-    for key in ("patch_embed.proj.weight", "conv1.weight"):
-        if key in state and state[key].ndim == 4:
-            return int(state[key].shape[1])
-    for key in ("patch_embed.norm_in.weight", "to_patch_embedding.1.weight"):
-        if key in state:
-            return None  # a flat patch: channels follow from the patch size, which the model knows
-    return None
-
 
 def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
     """``name`` built with the classes and channels of ``checkpoint`` and its weights, in eval mode.
 
-    ``checkpoint`` is any file the zoo's conversion reads (official CRATE, CRATE-alpha, a Lightning .ckpt,
-    timm state dict or safetensors); without one, ``name`` must be a pretrained tag such as
-    ``crate_nano_patch4_32.digits``.
+    ``checkpoint`` is any file ``crate.models.read_checkpoint`` reads (official CRATE, CRATE-alpha, a
+    Lightning .ckpt, timm state dict or safetensors); without one, ``name`` must be a pretrained tag such
+    as ``crate_nano_patch4_32.digits``.
     """
     if checkpoint is None:
         if not timm.is_model_pretrained(name) and "." not in name:
             raise ValueError(f"give --checkpoint for {name}, or a pretrained tag such as {name}.digits")
         return timm.create_model(name, pretrained=True).eval()
-    path = Path(checkpoint)
-    state = _peek(path)
-    head = next((state[k] for k in _HEAD_KEYS if k in state), None)
+    held = read_checkpoint(checkpoint)
     kwargs: dict[str, Any] = {}
-    if head is not None:
-        kwargs["num_classes"] = int(head.shape[0])
-    in_chans = _in_chans(state)
-    if in_chans is None and detect_layout(state) != "crate_alpha_official":
-        # flat patch embeddings: in_chans = patch_dim / p^2, with p from the architecture
-        probe = timm.create_model(name, num_classes=0)
-        patch = probe.patch_embed.patch_size
-        key = "patch_embed.norm_in.weight" if "patch_embed.norm_in.weight" in state else "to_patch_embedding.1.weight"
-        if key in state:
-            in_chans = int(state[key].shape[0]) // (patch[0] * patch[1])
+    if held.num_classes is not None:
+        kwargs["num_classes"] = held.num_classes
+    with torch.device("meta"):  # only to learn the patch size, which flat patch embeddings need
+        patch = getattr(getattr(timm.create_model(name), "patch_embed", None), "patch_size", None)
+    in_chans = held.in_chans(tuple(patch) if patch is not None else None)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
-    overlay = dict(file=str(path), num_classes=kwargs.get("num_classes", 1000))
+    if held.hparams.get("img_size"):
+        kwargs["img_size"] = held.hparams["img_size"]
+    overlay = dict(file=str(checkpoint), num_classes=kwargs.get("num_classes", 1000))
     try:
         model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
-    except RuntimeError as err:  # timm's own loading (ViTs): shapes or keys that do not match
+    except RuntimeError as err:  # timm's own models: shapes or keys that do not match
         raise CheckpointError(
-            f"checkpoint {path} does not fit {name}: {str(err).splitlines()[0]} "
+            f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
     return model.eval()
@@ -87,8 +57,7 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
 
 def model_in_chans(model: torch.nn.Module) -> int:
     """Channels the model's patch embedding takes (zoo PatchEmbed or timm's conv PatchEmbed)."""
-    embed = model.patch_embed
-    return int(getattr(embed, "in_chans", None) or embed.proj.in_channels)
+    return patch_embed_in_chans(model.patch_embed)
 
 
 class EvalData:
@@ -114,14 +83,24 @@ def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]
     return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
-def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000, masks: str | None = None) -> EvalData:
+def load_data(
+    spec: str,
+    model: torch.nn.Module,
+    limit: int | None = 2000,
+    masks: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> EvalData:
     """``digits`` (the embedded data; its foreground is the digit's strokes), or a train.py YAML config
-    whose ``data`` section is used; ``masks`` is a folder of foreground masks mirroring its ``val/`` folder
+    whose ``data`` section is used, with ``overrides`` of its ``init_args`` (``--data.root DIR``); the
+    images get the evaluation transforms training used for ``model`` (its pretrained cfg: mean, std,
+    interpolation, crop). ``masks`` is a folder of foreground masks mirroring the ``val/`` folder
     (``masks/<class>/<image stem>.png``, non-zero = foreground)."""
     from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 
     in_chans = model_in_chans(model)
     size = model.patch_embed.img_size[0]
+    if spec == "digits" and overrides:
+        raise ValueError(f"--data.* settings {sorted(overrides)} need a train.py YAML config as --data")
     if spec == "digits":
         if masks is not None:
             raise ValueError("digits brings its own foreground (the strokes); --masks is for image-folder data")
@@ -135,7 +114,13 @@ def load_data(spec: str, model: torch.nn.Module, limit: int | None = 2000, masks
     if "class_path" not in data:
         raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
     module_name, _, class_name = data["class_path"].rpartition(".")
-    datamodule = getattr(importlib.import_module(module_name), class_name)(**(data.get("init_args") or {}))
+    init_args = {**(data.get("init_args") or {}), **(overrides or {})}
+    try:
+        datamodule = getattr(importlib.import_module(module_name), class_name)(**init_args)
+    except TypeError as err:
+        raise ValueError(f"{class_name} does not take these settings: {err}") from err
+    if hasattr(datamodule, "transforms_from"):
+        datamodule.transforms_from(model)  # the evaluation transforms training used for this model
     datamodule.setup("fit")
     val = _stack(datamodule.val_set, limit)
     val_masks = None

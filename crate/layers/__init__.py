@@ -2,7 +2,7 @@
 
 from .ista import ISTA, OvercompleteISTA
 from .mssa import MSSA, subspace_attention
-from .patch_embed import ConvPatchEmbed, PatchEmbed, check_image_input
+from .patch_embed import ConvPatchEmbed, PatchEmbed, check_image_input, patch_embed_in_chans
 from .trace import AttentionTrace, BlockTrace, TraceableBlock, block_tracer, register_trace_adapter
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "TraceableBlock",
     "block_tracer",
     "check_image_input",
+    "patch_embed_in_chans",
     "register_trace_adapter",
     "subspace_attention",
 ]

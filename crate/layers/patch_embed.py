@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input"]
+__all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input", "patch_embed_in_chans"]
+
+
+def patch_embed_in_chans(embed: nn.Module) -> int:
+    """Input channels of a patch embedding: the zoo's (``in_chans``) or timm's conv ``PatchEmbed``."""
+    return int(getattr(embed, "in_chans", None) or embed.proj.in_channels)
 
 
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:

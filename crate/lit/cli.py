@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
+from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from crate.models import CheckpointError
+from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .data import ImageDataModule
+from .data.folder import DataError
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
 from .module import ImageClassifier
+from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
 
@@ -27,25 +33,57 @@ __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
 warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
-def run_loggers(log_root: str, run_name: str) -> list[Logger]:
-    """TensorBoard and CSV loggers writing into one folder, ``log_root/run_name/version_N``.
+SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
+
+
+def run_loggers(log_root: str, run_name: str, version: int | None = None) -> list[Logger]:
+    """TensorBoard and CSV loggers writing into one folder, ``log_root/run_name/version_N`` (a new N unless
+    ``version`` is given: resuming, validating or testing a run's checkpoint logs into that run's folder).
 
     Checkpoints land in that folder's ``checkpoints/``.
     """
-    tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False)
+    tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False, version=version)
     csv = CSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version)
     return [tensorboard, csv]
 
 
-def _check_readable(path: Path) -> None:
+def run_version(ckpt_path: str | None, log_root: str, run_name: str) -> int | None:
+    """N when ``ckpt_path`` lies in ``log_root/run_name/version_N/checkpoints/``, else None."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return None
+    folder = Path(ckpt_path).absolute().parent
+    match = re.fullmatch(r"version_(\d+)", folder.parent.name)
+    if folder.name != "checkpoints" or match is None:
+        return None
+    if folder.parent.parent.resolve() != Path(log_root, run_name).resolve():
+        return None
+    return int(match.group(1))
+
+
+def _check_readable(path: Path) -> Checkpoint:
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:
+        return read_checkpoint(path)
+    except CheckpointError as err:
         others = sorted(str(p) for p in path.resolve().parent.glob("*.ckpt") if p.resolve() != path.resolve())
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or truncated ({type(err).__name__}); it was left in place, and so were "
-            f"the other checkpoints of the run: {others or 'none'}. Pass one of them with --ckpt_path."
+            f"{err}. It was left in place, and so were the other checkpoints of the run: {others or 'none'}. "
+            "Pass one of them with --ckpt_path."
         ) from err
+
+
+def check_checkpoint_model(held: Checkpoint, model_name: str, model_kwargs: dict[str, Any] | None) -> None:
+    """Refuse a Lightning checkpoint trained as another architecture than the config builds."""
+    saved = held.hparams.get("model_name")
+    if held.source != "lightning":
+        raise CheckpointError(
+            f"{held.describe()}: --ckpt_path takes a .ckpt written by train.py; load other weights into a new "
+            f"run through timm (--model.model_kwargs '{{pretrained: true, pretrained_cfg_overlay: {{file: ...}}}}')"
+        )
+    if saved is not None and saved != model_name:
+        raise CheckpointError(
+            f"{held.describe()}, but this config builds {model_name}: pass --model.model_name {saved} "
+            "(or the config.yaml of that run) to use this checkpoint"
+        )
 
 
 def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> str | None:
@@ -69,6 +107,8 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> s
 
 
 class CrateCLI(LightningCLI):
+    run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
+
     """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules.
 
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
@@ -79,6 +119,8 @@ class CrateCLI(LightningCLI):
     across the run's versions; and links the data's ``num_classes``, ``in_chans`` and ``img_size`` to
     the model.
     """
+
+    run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_name", type=str, default="run", help="Name of the run's log folder.")
@@ -106,28 +148,80 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite_guard")
         parser.add_lightning_class_args(InterruptCheckpoint, "interrupt_checkpoint")
         parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
+        parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        if "ckpt_path" in config:
-            config["ckpt_path"] = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"])
+    def _parse_ckpt_path(self) -> None:
+        """Resolve ``--ckpt_path`` (``last`` across the run's versions), read it through the zoo's checkpoint
+        reader (clear errors for missing, corrupt or foreign files) and check that it was trained as the
+        architecture the config builds. Unlike Lightning's default, the checkpoint's hyper-parameters never
+        replace the config's: a checkpoint of another model is refused, not silently swapped in."""
+        subcommand = self.config.get("subcommand")
+        if not subcommand or "ckpt_path" not in self.config[subcommand]:
+            return
+        config = self.config[subcommand]
+        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"])
+        config["ckpt_path"] = path
+        if path is not None and Path(path).is_file():
+            model = config["model"]
+            check_checkpoint_model(read_checkpoint(path), model["model_name"], model.get("model_kwargs"))
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
         if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
-            kwargs["logger"] = run_loggers(str(Path(config["log_root"])), config["run_name"])
+            log_root, run_name = str(Path(config["log_root"])), config["run_name"]
+            version = run_version(config.get("ckpt_path"), log_root, run_name)
+            if version is not None and self.subcommand != "fit":
+                # into an existing run's folder: keep its config.yaml, save this one beside it
+                self.save_config_kwargs = dict(
+                    self.save_config_kwargs, config_filename=f"config.{self.subcommand}.yaml"
+                )
+            kwargs["logger"] = run_loggers(log_root, run_name, version)
+            CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
         return super().instantiate_trainer(**kwargs)
 
 
+def _remove_if_empty(run_dir: Path | None) -> None:
+    """A run that failed before it logged or saved anything leaves no version folder behind."""
+    if run_dir is None or not run_dir.is_dir():
+        return
+    kept = [p for p in run_dir.rglob("*") if p.is_file() and p.name not in ("config.yaml", "hparams.yaml")]
+    if not kept:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def cli_main(args: list[str] | None = None, run: bool = True) -> CrateCLI:
-    return CrateCLI(
-        ImageClassifier,
-        ImageDataModule,
-        subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        run=run,
-    )
+    """``train.py``: a SIGTERM ends the process with status 143 (after the interrupt checkpoint); errors in
+    what the user gave (a missing, corrupt or foreign checkpoint, a missing dataset, an unreadable dataset
+    file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
+    version folder."""
+    CrateCLI.run_dir = None
+    try:
+        return CrateCLI(
+            ImageClassifier,
+            ImageDataModule,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"exit_on_error": False},  # a typo gets one line below, not the whole usage
+            args=args,
+            run=run,
+        )
+    except SIGTERMException:
+        sys.stderr.write("train.py: stopped by SIGTERM; resume with --ckpt_path last\n")
+        raise SystemExit(SIGTERM_EXIT) from None
+    except ArgumentError as err:
+        message = str(err).strip().splitlines()
+        sys.stderr.write(f"train.py: error: {' '.join(line.strip() for line in message[:3])}\n")
+        sys.stderr.write("train.py: the accepted keys: python train.py fit --help (or --print_config)\n")
+        raise SystemExit(2) from None
+    except (CheckpointError, FileNotFoundError, DataError) as err:
+        _remove_if_empty(CrateCLI.run_dir)
+        if not run:
+            raise
+        sys.stderr.write(f"train.py: error: {err}\n")
+        raise SystemExit(2) from None
+    except BaseException:
+        _remove_if_empty(CrateCLI.run_dir)
+        raise

@@ -115,9 +115,10 @@ class ImageClassifier(L.LightningModule):
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "test", self.test_acc)
 
-    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        images = batch[0] if isinstance(batch, (tuple, list)) else batch
-        return self(images).softmax(dim=-1)
+    def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor | None]:
+        """Class probabilities (and the labels where the batch has them), for the PredictionWriter."""
+        images, labels = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
+        return {"probabilities": self(images).softmax(dim=-1), "labels": labels}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""

@@ -66,7 +66,8 @@ class CodingRateMonitor(Callback):
     (default ``crate.metrics.MONITORED``; any of ``crate.metrics.QUANTITIES``). ``Rc_before_attention``
     and ``Rc_after_attention`` are measured on what the attention sees (U^T LN(Z)), as the CRATE authors
     measure; ``sparsity_of_code`` only for blocks with a sparse code (CRATE's ISTA output, CRATE-alpha's
-    a_2). At validation end a figure of the curves goes to TensorBoard (every ``figure_every_n_epochs`` epochs and at the last). The
+    a_2). At validation end a figure of the curves goes to TensorBoard (every ``figure_every_n_epochs``
+    epochs and at the last). The
     probe is the same on every process and only rank zero measures, so the values do not depend on
     the number of processes.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 
@@ -43,6 +44,7 @@ class Checkpoint:
     layout: str  # crate_official | crate_alpha_official | timm
     source: str  # lightning | safetensors | torch
     hparams: dict[str, Any] = field(default_factory=dict)  # model_name, num_classes, in_chans, img_size
+    lightning: dict[str, Any] = field(default_factory=dict)  # all hyper_parameters, epoch, global_step
 
     @property
     def model_name(self) -> str | None:
@@ -90,6 +92,14 @@ class Checkpoint:
         return f"{self.path} holds {', '.join(parts)} ({self.source} file)"
 
 
+def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "hyper_parameters": dict(loaded.get("hyper_parameters") or {}),
+        "epoch": int(loaded.get("epoch", -1)),
+        "global_step": int(loaded.get("global_step", 0)),
+    }
+
+
 def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
     if path.suffix == ".safetensors":
         from safetensors import safe_open
@@ -131,15 +141,30 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
     if not tensors:
         raise CheckpointError(f"checkpoint {path} holds no weights (keys: {sorted(state)[:8]})")
-    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams)
+    lightning = _lightning_info(loaded) if source == "lightning" else {}
+    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams, lightning)
 
 
-def _file_of(kwargs: Mapping[str, Any]) -> str | None:
+def _tag_cfg(kwargs: Mapping[str, Any], variant: str) -> Any:
+    """The pretrained cfg of the call: timm passes a tag (``crate_nano_patch4_32.digits``) by its name."""
+    cfg = kwargs.get("pretrained_cfg")
+    if isinstance(cfg, str):
+        return get_pretrained_cfg(f"{variant}.{cfg}")
+    return cfg if cfg is not None else get_pretrained_cfg(variant)
+
+
+def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
     overlay = kwargs.get("pretrained_cfg_overlay") or {}
     if isinstance(overlay, Mapping) and overlay.get("file"):
         return overlay["file"]
-    cfg = kwargs.get("pretrained_cfg")
+    cfg = _tag_cfg(kwargs, variant)
     return getattr(cfg, "file", None) or (cfg.get("file") if isinstance(cfg, Mapping) else None)
+
+
+def _cfg_input_size(kwargs: Mapping[str, Any], variant: str) -> tuple[int, ...]:
+    cfg = _tag_cfg(kwargs, variant)
+    size = getattr(cfg, "input_size", None) or (cfg.get("input_size") if isinstance(cfg, Mapping) else None)
+    return tuple(size or (3, 224, 224))
 
 
 def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +175,7 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     file and no ``num_classes`` in the overlay means the file has N classes (the family's filter then
     refuses a mismatch instead of silently resetting the head).
     """
-    path = _file_of(kwargs) if pretrained else None
+    path = _file_of(kwargs, variant) if pretrained else None
     if path is None:
         return kwargs
     checkpoint = read_checkpoint(path)
@@ -161,6 +186,10 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
+    # the weights are adapted to the channels the model is built with (the filter does it), so the cfg
+    # declares those channels
+    base = _cfg_input_size(kwargs, variant)
+    overlay.setdefault("input_size", (kwargs.get("in_chans", base[0]), *base[1:]))
     if from_overlay and "num_classes" not in overlay:
         # a file given with num_classes is taken to hold that many classes: a mismatch is then an error
         # that says how to reset the head, instead of a head silently dropped (timm's rule)

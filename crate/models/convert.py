@@ -198,6 +198,7 @@ def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> No
     weight = state_dict.get("patch_embed.proj.weight")
     if own is None or weight is None or weight.shape == own.shape or weight.shape[0] != own.shape[0]:
         return
+    weight = weight.to(own.dtype)  # adapt in the model's precision (stored weights may be float16)
     if weight.ndim == 4 and own.ndim == 4 and weight.shape[2:] == own.shape[2:]:
         state_dict["patch_embed.proj.weight"] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])
         return
@@ -213,7 +214,7 @@ def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> No
     state_dict["patch_embed.proj.weight"] = kernel.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
     for name in ("patch_embed.norm_in.weight", "patch_embed.norm_in.bias"):
         if name in state_dict and state_dict[name].numel() == area * source:
-            values = state_dict[name].reshape(patch[0], patch[1], source)
+            values = state_dict[name].to(own.dtype).reshape(patch[0], patch[1], source)
             state_dict[name] = _adapt_channels(values, source, target).reshape(-1)
 
 

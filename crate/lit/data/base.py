@@ -17,14 +17,24 @@ class ImageDataModule(L.LightningDataModule):
     """Base of the zoo's image DataModules.
 
     ``train.py`` links ``num_classes``, ``in_chans`` and ``img_size`` of the data to the model.
-    Subclasses set ``self.train_set`` (without augmentation), ``self.train_transform`` and ``self.val_set``
-    in ``setup``; validation and test share a split. The training loader is resumable mid-epoch: sample
+    Subclasses set ``self.train_set`` (without augmentation), ``self.train_transform``, ``self.val_set``
+    and, where the data has one, ``self.test_set`` in ``setup``; ``train.py test`` refuses data without a
+    test split (it never silently tests on the validation split), and ``train.py predict`` predicts the
+    ``predict_split`` (``val`` by default). The training loader is resumable mid-epoch: sample
     order and augmentation follow from (``seed``, epoch, position), and checkpoints record how many
     batches of the epoch were consumed (:mod:`crate.data.resumable`).
     """
 
-    def __init__(self, img_size: int, batch_size: int, num_workers: int, seed: int = 0) -> None:
+    has_test_split_note = "it has a train and a validation split only"
+
+    def __init__(
+        self, img_size: int, batch_size: int, num_workers: int, seed: int = 0, predict_split: str = "val"
+    ) -> None:
         super().__init__()
+        if predict_split not in ("train", "val", "test"):
+            raise ValueError(f"predict_split must be 'train', 'val' or 'test', got {predict_split!r}")
+        self.predict_split = predict_split
+        self.transform_model: Any = None  # a model whose pretrained cfg sets the transforms (see subclasses)
         self.img_size = img_size
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -32,6 +42,7 @@ class ImageDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.train_transform: Callable[[Any], Any] | None = None
         self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None
         self._train_loader: ResumableDataLoader | None = None
         self._resume_state: dict[str, int] | None = None
 
@@ -89,5 +100,22 @@ class ImageDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)
 
+    def _split(self, name: str) -> Dataset | None:
+        if name == "test" and self.test_set is None and self.val_set is not None:
+            raise ValueError(
+                f"{type(self).__name__} has no test split ({self.has_test_split_note}); "
+                "evaluate on the validation split with `train.py validate`"
+            )
+        return {"train": self.train_set, "val": self.val_set, "test": self.test_set}[name]
+
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self._split("test"), shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The ``predict_split`` in its evaluation form (no augmentation), in order."""
+        return self._loader(self._split(self.predict_split), shuffle=False)
+
+    def transforms_from(self, model: Any) -> None:
+        """Take the evaluation transforms from ``model``'s pretrained cfg (as training on it did), for
+        evaluating a checkpoint outside a trainer; call before ``setup``."""
+        self.transform_model = model

@@ -38,6 +38,8 @@ class CIFARDataModule(ImageDataModule):
         download: fetch the data when it is not under ``root`` (needs network).
         img_size: images are resized from 32 to this side when it differs.
         seed: seed of the training order and augmentation.
+        predict_split: the split ``train.py predict`` predicts. CIFAR's official test split is both the
+            validation and the test split here (CIFAR has no separate validation split).
     """
 
     def __init__(
@@ -49,8 +51,9 @@ class CIFARDataModule(ImageDataModule):
         batch_size: int = 128,
         num_workers: int = 2,
         seed: int = 0,
+        predict_split: str = "val",
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, seed)
+        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
         self.root = Path(root)
@@ -93,4 +96,6 @@ class CIFARDataModule(ImageDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
             self.train_set = self._open(train=True, transform=self._transforms(True), download=False)
+            # CIFAR ships a train and a test split; the test split serves for validation and for test
             self.val_set = self._open(train=False, transform=self._transforms(False), download=False)
+            self.test_set = self.val_set

@@ -20,7 +20,10 @@ class DigitsDataModule(ImageDataModule):
         val_fraction: share of each class held out for validation (stratified, fixed by ``split_seed``).
         augment: light augmentation for training: small random rotation, shift and scale.
         seed: seed of the training order and augmentation (see :class:`ImageDataModule`).
+        predict_split: the split ``train.py predict`` predicts (digits has no test split).
     """
+
+    has_test_split_note = "its 1,797 images are split into train and validation only"
 
     def __init__(
         self,
@@ -32,8 +35,9 @@ class DigitsDataModule(ImageDataModule):
         split_seed: int = 0,
         augment: bool = True,
         seed: int = 0,
+        predict_split: str = "val",
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, seed)
+        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
         if in_chans not in (1, 3):
             raise ValueError(f"in_chans must be 1 or 3 for digits, got {in_chans}")
         if not 0.0 < val_fraction < 1.0:

@@ -1,29 +1,75 @@
-"""Any folder of images in the ImageNet layout: ``root/train/<class>/*`` and ``root/val/<class>/*``."""
+"""Any folder of images in the ImageNet layout: ``root/train/<class>/*``, ``root/val/<class>/*`` and,
+optionally, ``root/test/<class>/*``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 from timm.data import create_transform, resolve_data_config
 from torchvision import datasets
 
 from .base import ImageDataModule
 
-__all__ = ["ImageFolderDataModule"]
+__all__ = ["DataError", "ImageFolderDataModule", "load_rgb_image"]
+
+IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
+
+
+class DataError(ValueError):
+    """A dataset file or folder that cannot be used, with what to do about it."""
 
 
 def _class_names(split: Path) -> list[str]:
     return sorted(entry.name for entry in split.iterdir() if entry.is_dir())
 
 
+def _check_class_folders(split: Path) -> None:
+    empty = [
+        str(folder)
+        for folder in sorted(p for p in split.iterdir() if p.is_dir())
+        if not any(f.suffix.lower() in IMAGE_SUFFIXES for f in folder.iterdir() if f.is_file())
+    ]
+    if empty:
+        raise DataError(
+            f"class folders without images: {empty[:5]}; add images ({', '.join(IMAGE_SUFFIXES[:4])}, ...) "
+            "or remove the folders"
+        )
+
+
+def _to_8_bit(image: Image.Image) -> Image.Image:
+    """16-bit (and 32-bit integer) grayscale scaled to 8 bits, instead of PIL's saturating conversion."""
+    array = np.asarray(image, dtype=np.float64)
+    full_scale = 65535.0 if image.mode.startswith("I;16") or array.max() > 255 else 255.0
+    return Image.fromarray(np.clip(array / full_scale * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
+
+
+def load_rgb_image(path: str) -> Image.Image:
+    """An image file as RGB (grayscale, palette and RGBA converted; 16-bit scaled), or a DataError that
+    names the file."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            if image.mode.startswith("I"):
+                image = _to_8_bit(image)
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        raise DataError(f"cannot read image {path} ({err}); replace or remove the file") from err
+
+
 class ImageFolderDataModule(ImageDataModule):
     """Images from class folders, with timm's transforms resolved from the model's pretrained cfg.
 
-    Grayscale (and palette, RGBA) images are converted to RGB on load, so the model sees 3 channels.
-    Mean, std, interpolation and crop ratio come from the model being trained when the DataModule is
-    attached to a trainer, otherwise from ImageNet defaults; the size is always ``img_size``.
+    Grayscale (and palette, RGBA; 16-bit scaled to 8) images are converted to RGB on load, so the model
+    sees 3 channels. Mean, std, interpolation and crop ratio come from the model being trained when the
+    DataModule is attached to a trainer, or from the model given to ``transforms_from`` (evaluation
+    outside a trainer), otherwise from ImageNet defaults; the size is always ``img_size``. ``root/test``
+    is the test split when it exists.
     """
+
+    has_test_split_note = "there is no test/ folder next to train/ and val/"
 
     def __init__(
         self,
@@ -32,8 +78,9 @@ class ImageFolderDataModule(ImageDataModule):
         batch_size: int = 64,
         num_workers: int = 4,
         seed: int = 0,
+        predict_split: str = "val",
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, seed)
+        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
         self.root = Path(root)
         missing = [str(self.root / split) for split in ("train", "val") if not (self.root / split).is_dir()]
         if missing:
@@ -44,17 +91,19 @@ class ImageFolderDataModule(ImageDataModule):
         self.classes = _class_names(self.root / "train")
         if not self.classes:
             raise FileNotFoundError(f"{self.root / 'train'} holds no class folders (train/<class>/<images>)")
-        val_classes = _class_names(self.root / "val")
-        if unknown := sorted(set(val_classes) - set(self.classes)):
-            raise ValueError(f"val/ has classes that train/ lacks: {unknown}")
+        self.splits = ["train", "val"] + (["test"] if (self.root / "test").is_dir() else [])
+        for split in self.splits:
+            _check_class_folders(self.root / split)
+            if unknown := sorted(set(_class_names(self.root / split)) - set(self.classes)):
+                raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
 
     def _data_config(self) -> dict:
-        model = None
-        if self.trainer is not None and self.trainer.lightning_module is not None:
+        model = self.transform_model
+        if model is None and self.trainer is not None and self.trainer.lightning_module is not None:
             model = getattr(self.trainer.lightning_module, "model", None)
         config = resolve_data_config({}, model=model) if isinstance(model, torch.nn.Module) else {}
         return dict(config, input_size=(3, self.img_size, self.img_size))
@@ -64,9 +113,17 @@ class ImageFolderDataModule(ImageDataModule):
             return
         config = self._data_config()
         class_index = {name: index for index, name in enumerate(self.classes)}
-        train = datasets.ImageFolder(str(self.root / "train"), transform=create_transform(**config, is_training=True))
-        val = datasets.ImageFolder(str(self.root / "val"), transform=create_transform(**config))
-        val.class_to_idx = class_index
-        val.samples = [(path, class_index[Path(path).parent.name]) for path, _ in val.samples]
-        val.targets = [target for _, target in val.samples]
-        self.train_set, self.val_set = train, val
+        train = datasets.ImageFolder(
+            str(self.root / "train"), transform=create_transform(**config, is_training=True), loader=load_rgb_image
+        )
+        evaluated = []
+        for split in self.splits[1:]:
+            dataset = datasets.ImageFolder(
+                str(self.root / split), transform=create_transform(**config), loader=load_rgb_image
+            )
+            dataset.class_to_idx = class_index  # indices of train/'s classes, even where a split lacks some
+            dataset.samples = [(path, class_index[Path(path).parent.name]) for path, _ in dataset.samples]
+            dataset.targets = [target for _, target in dataset.samples]
+            evaluated.append(dataset)
+        self.train_set, self.val_set = train, evaluated[0]
+        self.test_set = evaluated[1] if len(evaluated) > 1 else None

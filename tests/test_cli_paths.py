@@ -1,0 +1,148 @@
+"""train.py, crate.interpret and crate.export on the paths a user takes: foreign, corrupt and good
+checkpoints, predict and test, signals, version folders, config typos and bad dataset files."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, run_train
+from PIL import Image
+from test_data import _write_image_folder
+
+from crate.export import main as export_main
+from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
+
+DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
+VIT = str(REPO / "configs" / "vit_nano_digits.yaml")
+QUICK = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def vit_run(tmp_path_factory) -> Path:
+    """A short ViT-twin run; returns its version folder."""
+    root = tmp_path_factory.mktemp("vit")
+    _ok(run_train("fit", "--config", VIT, *QUICK, *QUIET, "--log_root", str(root)))
+    return root / "vit_nano_digits" / "version_0"
+
+
+def test_a_checkpoint_of_another_architecture_is_refused_not_swapped_in(tmp_path: Path, vit_run: Path) -> None:
+    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
+    for command in ("validate", "fit"):
+        proc = run_train(command, "--config", DEFAULT, *QUICK, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "holds vit_nano_patch4_32" in proc.stderr and "this config builds crate_nano_patch4_32" in proc.stderr
+        assert "--model.model_name vit_nano_patch4_32" in proc.stderr
+    assert not (tmp_path / "crate_nano_digits").exists() or not any((tmp_path / "crate_nano_digits").iterdir())
+
+
+@pytest.mark.parametrize("how", ["truncated", "not a checkpoint"])
+def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, vit_run: Path, how: str) -> None:
+    bad = tmp_path / "bad.ckpt"
+    good = (vit_run / "checkpoints" / "last.ckpt").read_bytes()
+    bad.write_bytes(good[:2000] if how == "truncated" else b"hello, not a checkpoint")
+    proc = run_train("validate", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", str(bad))
+    assert proc.returncode == 2
+    assert "corrupt, truncated or not a torch checkpoint" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, vit_run: Path) -> None:
+    root = vit_run.parent.parent
+    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
+    _ok(run_train("validate", "--config", VIT, *QUIET, "--log_root", str(root), "--ckpt_path", ckpt))
+    assert sorted(p.name for p in vit_run.parent.iterdir()) == ["version_0"]
+    with (vit_run / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sum(1 for row in rows if row.get("val/acc")) >= 2  # the fit's validation and this one, one file
+
+
+def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Path, vit_run: Path) -> None:
+    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
+    proc = run_train("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
+    assert proc.returncode != 0 and "has no test split" in proc.stderr and "validate" in proc.stderr
+    _write_image_folder(tmp_path / "images", classes=2, per_class=3)
+    assert ImageFolderDataModule(str(tmp_path / "images")).test_set is None
+    (tmp_path / "images" / "val").rename(tmp_path / "images" / "test")
+    _write_image_folder(tmp_path / "other", classes=2, per_class=2)
+    (tmp_path / "other" / "val").rename(tmp_path / "images" / "val")
+    data = ImageFolderDataModule(str(tmp_path / "images"), img_size=32, num_workers=0)
+    data.setup("fit")
+    assert len(data.test_set) == 6 and len(data.val_set) == 4
+
+
+def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
+    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
+    out = tmp_path / "predictions.csv"
+    proc = run_train(
+        "predict", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt,
+        "--prediction_writer.output", str(out),
+    )  # fmt: skip
+    _ok(proc)
+    with out.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 360  # the validation split of digits
+    assert {row["label"] for row in rows} == {str(c) for c in range(10)}
+    assert all(0.0 <= float(row["probability"]) <= 1.0 and 0 <= int(row["predicted"]) < 10 for row in rows)
+
+
+def test_sigterm_exits_non_zero(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    args = [sys.executable, str(REPO / "train.py"), "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path)]
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob("crate_nano_digits/version_0/metrics.csv")):
+        time.sleep(0.5)  # metrics.csv appears at the first logged steps: training is under way
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "SIGTERM" in stderr
+
+
+def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
+    proc = run_train("fit", "--config", DEFAULT, "--model.lrr", "0.1", "--log_root", str(tmp_path))
+    assert proc.returncode == 2
+    assert "lrr" in proc.stderr and len(proc.stderr.strip().splitlines()) <= 6
+
+
+def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
+    _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    (tmp_path / "images" / "train" / "class_2").mkdir()
+    with pytest.raises(DataError, match=r"class folders without images: .*class_2"):
+        ImageFolderDataModule(str(tmp_path / "images"))
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG not really")
+    with pytest.raises(DataError, match=r"cannot read image .*broken.png"):
+        load_rgb_image(str(broken))
+    deep = np.linspace(0, 65535, 64, dtype=np.uint16).reshape(8, 8)
+    Image.fromarray(deep).save(tmp_path / "deep.png")  # a 16-bit grayscale PNG
+    pixels = np.asarray(load_rgb_image(str(tmp_path / "deep.png")))[..., 0]
+    expected = np.clip(deep / 65535 * 255 + 0.5, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(pixels, expected)  # scaled, not saturated at 255
+    assert len(np.unique(pixels)) > 50
+
+
+def test_export_refuses_a_model_outside_the_zoo_before_writing(tmp_path: Path, capsys) -> None:
+    from crate.lit import ImageClassifier
+
+    module = ImageClassifier("resnet10t", num_classes=10, in_chans=1)
+    ckpt = tmp_path / "resnet.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, ckpt)
+    with pytest.raises(SystemExit) as exit_info:
+        export_main([str(ckpt), "--out", str(tmp_path / "resnet.safetensors")])
+    assert exit_info.value.code == 2
+    assert "outside the zoo" in capsys.readouterr().err
+    assert not list(tmp_path.glob("resnet.safetensors*"))
