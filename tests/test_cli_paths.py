@@ -146,3 +146,28 @@ def test_export_refuses_a_model_outside_the_zoo_before_writing(tmp_path: Path, c
     assert exit_info.value.code == 2
     assert "outside the zoo" in capsys.readouterr().err
     assert not list(tmp_path.glob("resnet.safetensors*"))
+
+
+def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) -> None:
+    import json
+
+    from crate.interpret import load_data, load_model
+    from crate.interpret.__main__ import main as interpret_main
+
+    _write_image_folder(tmp_path / "images", classes=3, per_class=6)
+    config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+    data = ["--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
+    _ok(run_train("fit", "--config", config, *data, *QUIET, "--trainer.max_epochs", "1", "--log_root", str(tmp_path)))
+    run = tmp_path / "crate_nano_imagefolder" / "version_0"
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    _ok(run_train("validate", "--config", config, *data, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt))
+    with (run / "metrics.csv").open() as handle:
+        validated = [float(row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")][-1]
+    out = tmp_path / "report"
+    interpret_main(
+        ["--model", "crate_nano_patch4_32", "--checkpoint", ckpt, "--data", config, *data, "--out", str(out)]
+    )
+    reported = json.loads((out / "metrics.json").read_text())["crate_nano_patch4_32"]["val_accuracy"]
+    assert reported == pytest.approx(validated, abs=1e-6)
+    images = load_data(config, load_model("crate_nano_patch4_32", ckpt), overrides={"root": str(tmp_path / "images")})
+    assert images.val_images.min() >= -1 - 1e-6 and images.val_images.max() <= 1 + 1e-6  # mean 0.5, std 0.5

@@ -56,7 +56,8 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
 
     resumed = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
     _ok(resumed)
-    final = _run_dir(tmp_path, version=1) / "last.ckpt"
+    assert not (tmp_path / "crate_nano_digits" / "version_1").exists()  # the resumed run continues its folder
+    final = _run_dir(tmp_path) / "last.ckpt"
     reference, ours = _weights(uninterrupted), _weights(final)
     assert reference.keys() == ours.keys()
     for key in reference:

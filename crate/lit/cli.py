@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,13 @@ from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
+from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule
 from .data.folder import DataError
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
@@ -28,9 +28,6 @@ from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
-
-# TensorBoard creates the shared version folder first; the CSV logger's warning about it is noise.
-warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
 SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
@@ -43,7 +40,7 @@ def run_loggers(log_root: str, run_name: str, version: int | None = None) -> lis
     Checkpoints land in that folder's ``checkpoints/``.
     """
     tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False, version=version)
-    csv = CSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version)
+    csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version)
     return [tensorboard, csv]
 
 
