@@ -36,8 +36,8 @@ def _read_lightning_checkpoint(path: Path) -> Checkpoint:
     held = read_checkpoint(path)
     if held.source != "lightning" or "model_name" not in held.hparams:
         raise CheckpointError(
-            f"{held.describe()}: export works on the .ckpt files that train.py writes "
-            "(a Lightning checkpoint with hyper_parameters.model_name)"
+            f"{held.describe()}: not a Lightning checkpoint of crate.lit.ImageClassifier; export works on the "
+            ".ckpt files that train.py writes"
         )
     return held
 

@@ -56,7 +56,7 @@ def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, 
     bad.write_bytes(good[:2000] if how == "truncated" else b"hello, not a checkpoint")
     proc = run_train("validate", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", str(bad))
     assert proc.returncode == 2
-    assert "corrupt, truncated or not a torch checkpoint" in proc.stderr
+    assert "corrupt or truncated, or not a torch checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -74,6 +74,7 @@ def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Pa
     ckpt = str(vit_run / "checkpoints" / "last.ckpt")
     proc = run_train("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
     assert proc.returncode != 0 and "has no test split" in proc.stderr and "validate" in proc.stderr
+    assert not list(tmp_path.glob("vit_nano_digits/version_*"))  # the failed run left no empty folder
     _write_image_folder(tmp_path / "images", classes=2, per_class=3)
     assert ImageFolderDataModule(str(tmp_path / "images")).test_set is None
     (tmp_path / "images" / "val").rename(tmp_path / "images" / "test")

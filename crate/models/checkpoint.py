@@ -118,7 +118,7 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
     except Exception as err:  # the unpickler raises many types (KeyError, UnpicklingError, ...) on bad bytes
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(
-            f"checkpoint {path} is corrupt, truncated or not a torch checkpoint ({first}); "
+            f"checkpoint {path} is corrupt or truncated, or not a torch checkpoint ({first}); "
             "re-export or re-download it, or pick another file"
         ) from err
     if not isinstance(loaded, Mapping):
