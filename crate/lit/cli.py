@@ -184,8 +184,8 @@ def _remove_if_empty(run_dir: Path | None) -> None:
     """A run that failed before it logged or saved anything leaves no version folder behind."""
     if run_dir is None or not run_dir.is_dir():
         return
-    kept = [p for p in run_dir.rglob("*") if p.is_file() and p.name not in ("config.yaml", "hparams.yaml")]
-    if not kept:
+    results = [p for p in run_dir.rglob("*") if p.suffix == ".ckpt" or p.name in ("metrics.csv", "predictions.csv")]
+    if not results:  # only the config, hparams and an events file header
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -10,7 +10,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from crate.data import ResumableDataLoader, SeededTransformDataset
 
-__all__ = ["ImageDataModule"]
+__all__ = ["DataError", "ImageDataModule"]
+
+
+class DataError(ValueError):
+    """A dataset, split, file or folder that cannot be used, with what to do about it."""
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -102,7 +106,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def _split(self, name: str) -> Dataset | None:
         if name == "test" and self.test_set is None and self.val_set is not None:
-            raise ValueError(
+            raise DataError(
                 f"{type(self).__name__} has no test split ({self.has_test_split_note}); "
                 "evaluate on the validation split with `train.py validate`"
             )

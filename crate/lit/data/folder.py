@@ -11,15 +11,11 @@ from PIL import Image
 from timm.data import create_transform, resolve_data_config
 from torchvision import datasets
 
-from .base import ImageDataModule
+from .base import DataError, ImageDataModule
 
 __all__ = ["DataError", "ImageFolderDataModule", "load_rgb_image"]
 
 IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
-
-
-class DataError(ValueError):
-    """A dataset file or folder that cannot be used, with what to do about it."""
 
 
 def _class_names(split: Path) -> list[str]:
