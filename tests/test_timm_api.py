@@ -117,3 +117,31 @@ def test_timm_data_config_and_layer_decay_optimizer(name: str) -> None:
     assert len(scales) > 2 and max(scales) == 1.0  # earlier layers get smaller learning rates
     covered = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
     assert covered == sum(p.numel() for p in model.parameters())
+
+
+# timm's tests/test_models.py is not part of the installed package; its torchscript, fx and export checks
+# are written out here as timm runs them: the model in eval mode, the compiled / traced / exported graph
+# must give the eager model's outputs.
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
+    from timm.models._features_fx import create_feature_extractor, get_graph_node_names
+
+    size = _small_size(name)
+    model = _build(name, num_classes=5).eval()
+    x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        expected = model(x)
+        scripted = torch.jit.script(model)
+        torch.testing.assert_close(scripted(x), expected, atol=1e-5, rtol=1e-5)
+        _, eval_nodes = get_graph_node_names(model)
+        traced = create_feature_extractor(model, return_nodes=[eval_nodes[-1]])
+        torch.testing.assert_close(traced(x)[eval_nodes[-1]], expected, atol=1e-5, rtol=1e-5)
+        exported = torch.export.export(model, (x,)).module()
+        torch.testing.assert_close(exported(x), expected, atol=1e-5, rtol=1e-5)
+    # the input checks survive compilation with their message
+    wrong = torch.randn(2, 1, size, size)
+    for compiled in (scripted, traced):
+        with pytest.raises((AssertionError, torch.jit.Error), match="built for 3-channel images"):
+            compiled(wrong)

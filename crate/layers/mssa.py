@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .trace import AttentionTrace
 
@@ -27,14 +28,16 @@ def _prefers_explicit_matmuls(w: torch.Tensor) -> bool:
 def subspace_attention(w: torch.Tensor, scale: float, dropout_p: float = 0.0) -> torch.Tensor:
     """Attention with one tensor as query, key and value: softmax(w w^T * scale) w.
 
-    ``w`` has shape (B, K, N, p): per head k the projected tokens w_k = U_k^T z as rows.
+    ``w`` has shape (B, K, N, p): per head k the projected tokens w_k = U_k^T z as rows. In eager mode
+    on CPU under bf16 the explicit bf16 matmuls are used; scripted, traced or exported graphs take SDPA.
     """
-    if _prefers_explicit_matmuls(w):
-        attn = torch.matmul(w, w.transpose(-2, -1)) * scale
-        attn = attn.softmax(dim=-1)
-        if dropout_p > 0.0:
-            attn = F.dropout(attn, p=dropout_p)
-        return torch.matmul(attn, w)
+    if not torch.jit.is_scripting():  # TorchScript skips this block; FX tracing takes SDPA
+        if not is_fx_symbolic_tracing() and _prefers_explicit_matmuls(w):
+            attn = torch.matmul(w, w.transpose(-2, -1)) * scale
+            attn = attn.softmax(dim=-1)
+            if dropout_p > 0.0:
+                attn = F.dropout(attn, p=dropout_p)
+            return torch.matmul(attn, w)
     return F.scaled_dot_product_attention(w, w, w, dropout_p=dropout_p, scale=scale)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from timm.layers import _assert
 from torch import nn
 
 __all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input", "patch_embed_in_chans"]
@@ -18,20 +19,25 @@ def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] | None) -> None:
-    """Raise a ValueError that says what to do when ``x`` is not a batch the model was built for."""
-    if x.ndim != 4:
-        raise ValueError(f"expected a batch of images of shape (B, C, H, W), got shape {tuple(x.shape)}")
-    if x.shape[1] != in_chans:
-        raise ValueError(
-            f"the model was built for {in_chans}-channel images but got {x.shape[1]} channels; "
-            f"build it with in_chans={x.shape[1]} or convert the images to {in_chans} channels"
+    """Assert that ``x`` is a batch of images the model was built for, with a message that says what to do.
+
+    Written with timm's ``_assert`` (``torch._assert``) and no Python branching on tensor shapes, so the
+    models stay TorchScript-scriptable, FX-traceable and ``torch.export``-able; a failed check raises an
+    ``AssertionError`` (a ``torch.jit.Error`` that names it under TorchScript).
+    """
+    _assert(x.dim() == 4, "expected a batch of images of shape (B, C, H, W)")
+    _assert(
+        x.shape[1] == in_chans,
+        f"the model was built for {in_chans}-channel images but got {x.shape[1]} channels; "
+        f"build it with in_chans={x.shape[1]} or convert the images to {in_chans} channels",
+    )
+    if img_size is not None:
+        message = (
+            f"the model was built for {img_size[0]}x{img_size[1]} images but got {x.shape[2]}x{x.shape[3]}; "
+            f"resize the images or build the model with img_size=({x.shape[2]}, {x.shape[3]})"
         )
-    if img_size is not None and tuple(x.shape[-2:]) != tuple(img_size):
-        raise ValueError(
-            f"the model was built for {img_size[0]}x{img_size[1]} images but got "
-            f"{x.shape[-2]}x{x.shape[-1]}; resize the images or build the model with "
-            f"img_size={tuple(x.shape[-2:])}"
-        )
+        _assert(x.shape[2] == img_size[0], message)
+        _assert(x.shape[3] == img_size[1], message)
 
 
 class _PatchGrid(nn.Module):

@@ -10,7 +10,8 @@ from functools import partial
 from typing import Any
 
 import torch
-from timm.layers import Attention
+import torch.nn.functional as F
+from timm.layers import Attention, Format, PatchEmbed, nchw_to
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
@@ -26,13 +27,30 @@ from .shipped import digits_cfg
 __all__ = ["ViTTwin", "query_subspaces", "trace_vit_block"]
 
 
-class ViTTwin(VisionTransformer):
-    """timm's VisionTransformer with a clear error for images of the wrong size or channel count."""
+class TwinPatchEmbed(PatchEmbed):
+    """timm's conv ``PatchEmbed`` with the zoo's clear error for images of the wrong size or channel count
+    (same parameters and outputs; scriptable, traceable)."""
 
-    def forward_features(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        fixed_size = None if self.dynamic_img_size else self.patch_embed.img_size
-        check_image_input(x, self.patch_embed.proj.in_channels, fixed_size)
-        return super().forward_features(x, *args, **kwargs)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_image_input(x, self.proj.in_channels, self.img_size if self.strict_img_size else None)
+        if self.dynamic_img_pad:
+            pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
+            pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = self.proj(x)
+        if self.flatten:
+            x = x.flatten(2).transpose(1, 2)  # NCHW -> NLC
+        elif self.output_fmt != Format.NCHW:
+            x = nchw_to(x, self.output_fmt)
+        return self.norm(x)
+
+
+class ViTTwin(VisionTransformer):
+    """timm's VisionTransformer with the zoo's input check in its patch embedding."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("embed_layer", TwinPatchEmbed)
+        super().__init__(*args, **kwargs)
 
 
 def query_subspaces(attn: nn.Module) -> torch.Tensor:
