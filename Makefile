@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test lint clean checkpoints report
+.PHONY: setup train test test-fast lint clean checkpoints report
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The quick loop: everything but the tests that run train.py or worker processes (marked slow).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,8 @@ from test_data import _write_image_folder
 from crate.export import main as export_main
 from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
 
+pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
+
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 VIT = str(REPO / "configs" / "vit_nano_digits.yaml")
 QUICK = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]

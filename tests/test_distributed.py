@@ -11,6 +11,8 @@ from conftest import REPO, run_train
 
 from crate.metrics import MONITORED
 
+pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
+
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 DDP = str(REPO / "configs" / "trainer" / "cpu_ddp.yaml")
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "3"]

@@ -9,6 +9,8 @@ import torch
 import yaml
 from conftest import REPO, run_train
 
+pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
+
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 # 23 batches per epoch on digits; 2 epochs; a checkpoint every 5 steps; dropout on, so that an exact
 # resume needs the random state restored as well as the data position

@@ -168,6 +168,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ddp_synced_value_equals_single_process_value_on_the_union(tmp_path) -> None:
     out = str(tmp_path / "values.pt")
     mp.spawn(_ddp_worker, args=(2, _free_port(), out), nprocs=2, join=True)

@@ -11,6 +11,8 @@ from test_data import _write_image_folder
 
 from crate.metrics import MONITORED
 
+pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
+
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 
 
