@@ -105,10 +105,10 @@ def _segmentation_cell(result: dict[str, Any]) -> str:
     seg = result["segmentation"]
     if seg is None:
         return "n/a (no masks)"
-    last = seg["layers"][max(seg["layers"], key=int)]
-    return (
-        f"best head {last['best_head_iou']:.3f} (head {last['best_head']}), mean {last['mean_over_heads']:.3f}, "
-        f"chance {last['chance']:.3f}"
+    return "; ".join(
+        f"layer {layer}: best head {scores['best_head_iou']:.3f} (head {scores['best_head']}), "
+        f"mean {scores['mean_over_heads']:.3f}, chance {scores['chance']:.3f}"
+        for layer, scores in sorted(seg["layers"].items(), key=lambda item: int(item[0]))
     )
 
 
@@ -155,7 +155,7 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         "head redundancy (mean over layers)": lambda r: _fmt(_mean_over_layers(r, "redundancy")),
         "row entropy, nats (mean)": lambda r: _fmt(_mean_over_layers(r, "entropy")),
         "top-k mass (mean)": lambda r: _fmt(_mean_over_layers(r, "top_k_mass")),
-        "segmentation IoU, last layer": _segmentation_cell,
+        "segmentation IoU (last two layers)": _segmentation_cell,
         "head subspace coherence, last layer": _geometry_cell,
         "dictionary coherence (mean over layers)": _dictionary_cell,
         "linear probe, last layer": lambda r: _fmt(r["linear_probe_accuracy"][-1]),
