@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from crate.models import CheckpointError
+
 from .factory import create_classifier
 
 __all__ = ["ImageClassifier", "param_groups_weight_decay", "warmup_cosine"]
@@ -130,7 +132,7 @@ class ImageClassifier(L.LightningModule):
         ]
         if wrong:
             saved = checkpoint.get("hyper_parameters", {})
-            raise ValueError(
+            raise CheckpointError(
                 f"the checkpoint does not fit this run's model ({'; '.join(wrong[:3])}). It was trained with "
                 f"model_name={saved.get('model_name')!r}, num_classes={saved.get('num_classes')}, "
                 f"in_chans={saved.get('in_chans')}, img_size={saved.get('img_size')}. Resume it with the same "
