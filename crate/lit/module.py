@@ -1,12 +1,25 @@
-"""The LightningModule: image classification with any timm model."""
+"""The LightningModule: image classification with any timm model, trained with timm's own pieces.
+
+Optimizer: ``timm.optim.create_optimizer_v2`` (any timm optimizer name: ``adamw``, ``lion``, ``lamb``,
+``sgd``, ...; weight decay on weight matrices only, skipping norms, biases and the model's
+``no_weight_decay()``; optional layer-wise learning-rate decay). Schedule: timm's ``CosineLRScheduler``
+per optimizer step, linear warmup then cosine decay to ``min_lr_ratio * lr``. Regularisation: label
+smoothing, stochastic depth (``drop_path_rate``, every family), Mixup/CutMix (timm's ``Mixup`` with the
+soft-target loss), and an exponential moving average of the weights (timm's ``ModelEmaV3``), which is
+what validation measures and what checkpoints give to timm and ``crate.export`` when it is on.
+"""
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2, list_optimizers
+from timm.scheduler import CosineLRScheduler
+from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -14,36 +27,9 @@ from crate.models import CheckpointError
 
 from .factory import create_classifier
 
-__all__ = ["ImageClassifier", "param_groups_weight_decay", "warmup_cosine"]
+__all__ = ["ImageClassifier"]
 
-
-def param_groups_weight_decay(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two parameter groups: weight decay on weight matrices, none on norms, biases and embeddings.
-
-    Embeddings are what the model names in ``no_weight_decay()`` (position embedding, class token);
-    norms and biases are the parameters with fewer than two dimensions.
-    """
-    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        if param.ndim <= 1 or name in skip or name.endswith(".bias"):
-            no_decay.append(param)
-        else:
-            decay.append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Learning-rate factor: linear warmup from 0 to 1, then cosine decay from 1 to ``min_ratio``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+_BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
 
 
 class ImageClassifier(L.LightningModule):
@@ -53,12 +39,18 @@ class ImageClassifier(L.LightningModule):
         model_name: a timm model name, e.g. ``crate_nano_patch4_32`` or ``resnet18``.
         num_classes, in_chans, img_size: linked from the DataModule by ``train.py``.
         model_kwargs: further keyword arguments of the model constructor (e.g. ``drop_rate``).
-        optimizer: ``adamw``, or ``lion`` (needs the ``lion-pytorch`` package).
+        optimizer: a timm optimizer name (``timm.optim.list_optimizers()``): ``adamw``, ``lion``, ...
         lr: peak learning rate after warmup; min_lr_ratio: final learning rate as a fraction of it.
         weight_decay: decoupled weight decay on weight matrices (norms, biases, embeddings skipped).
-        betas: the optimizer's betas.
+        betas: the betas of Adam-like optimizers and Lion.
+        layer_decay: layer-wise learning-rate decay (e.g. 0.75 for fine-tuning), None for none.
         warmup_epochs: linear warmup length in epochs (fractions allowed), then cosine decay per step.
-        label_smoothing: label smoothing of the cross-entropy loss.
+        label_smoothing: label smoothing of the cross-entropy loss (and of Mixup's soft targets).
+        drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
+        ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
+            validation and test use the average.
+        mixup_alpha, cutmix_alpha: Beta parameters of Mixup and CutMix (0 disables each); mixup_prob:
+            the share of batches mixed.
         grad_checkpointing: recompute activations in the backward pass (less memory, more compute),
             for models with ``set_grad_checkpointing`` (all of the zoo and timm's transformers).
     """
@@ -70,23 +62,50 @@ class ImageClassifier(L.LightningModule):
         in_chans: int = 3,
         img_size: int | None = None,
         model_kwargs: dict[str, Any] | None = None,
-        optimizer: Literal["adamw", "lion"] = "adamw",
+        optimizer: str = "adamw",
         lr: float = 1e-3,
         min_lr_ratio: float = 0.01,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
+        layer_decay: float | None = None,
         warmup_epochs: float = 5.0,
         label_smoothing: float = 0.1,
+        drop_path_rate: float = 0.0,
+        ema_decay: float | None = None,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        mixup_prob: float = 1.0,
         grad_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.model = create_classifier(model_name, num_classes, in_chans, img_size, **(model_kwargs or {}))
+        if optimizer.lower() not in list_optimizers():
+            raise ValueError(f"unknown optimizer {optimizer!r}; choose one of timm.optim.list_optimizers()")
+        if ema_decay is not None and not 0.0 < ema_decay < 1.0:
+            raise ValueError(f"ema_decay must lie in (0, 1), got {ema_decay}")
+        if not 0.0 <= drop_path_rate < 1.0:
+            raise ValueError(f"drop_path_rate must lie in [0, 1), got {drop_path_rate}")
+        kwargs = dict(model_kwargs or {})
+        if drop_path_rate > 0:
+            kwargs["drop_path_rate"] = drop_path_rate
+        self.model = create_classifier(model_name, num_classes, in_chans, img_size, **kwargs)
         if grad_checkpointing:
             if not hasattr(self.model, "set_grad_checkpointing"):
                 raise ValueError(f"{model_name} does not support gradient checkpointing")
             self.model.set_grad_checkpointing(True)
+        # the average is a submodule: checkpointed with the run, never optimised (it has no gradients)
+        self.model_ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=True) if ema_decay is not None else None
+        self.mixup = None
+        if mixup_alpha > 0 or cutmix_alpha > 0:
+            self.mixup = Mixup(
+                mixup_alpha=mixup_alpha,
+                cutmix_alpha=cutmix_alpha,
+                prob=mixup_prob,
+                label_smoothing=label_smoothing,
+                num_classes=num_classes,
+            )
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.mixed_criterion = SoftTargetCrossEntropy()
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -96,17 +115,30 @@ class ImageClassifier(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         images, targets = batch
-        logits = self(images)
-        loss = self.criterion(logits, targets)
+        if self.mixup is not None and len(images) % 2 == 0:  # timm's Mixup pairs the samples of a batch
+            mixed, soft_targets = self.mixup(images, targets)
+            logits = self(mixed)
+            loss = self.mixed_criterion(logits, soft_targets)
+        else:
+            logits = self(images)
+            loss = self.criterion(logits, targets)
         self.train_acc(logits, targets)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.model_ema is not None:
+            self.model_ema.update(self.model, step=self.global_step)
+
+    def _evaluated_model(self) -> nn.Module:
+        """The weights validation, test and predict measure: the moving average when it is on."""
+        return self.model_ema.module if self.model_ema is not None else self.model
+
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy) -> None:
         images, targets = batch
-        logits = self(images)
+        logits = self._evaluated_model()(images)
         self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", sync_dist=True)
         metric(logits, targets)
         self.log(f"{stage}/acc", metric, prog_bar=True)
@@ -120,7 +152,7 @@ class ImageClassifier(L.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor | None]:
         """Class probabilities (and the labels where the batch has them), for the PredictionWriter."""
         images, labels = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
-        return {"probabilities": self(images).softmax(dim=-1), "labels": labels}
+        return {"probabilities": self._evaluated_model()(images).softmax(dim=-1), "labels": labels}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""
@@ -142,23 +174,24 @@ class ImageClassifier(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        groups = param_groups_weight_decay(self.model, hp.weight_decay)
-        if hp.optimizer == "adamw":
-            optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas))
-        elif hp.optimizer == "lion":
-            try:
-                from lion_pytorch import Lion
-            except ImportError as err:
-                raise ImportError(
-                    "optimizer 'lion' needs the lion-pytorch package: pip install 'crate-zoo[lion]'"
-                ) from err
-            optimizer = Lion(groups, lr=hp.lr, betas=tuple(hp.betas))
-        else:
-            raise ValueError(f"unknown optimizer {hp.optimizer!r}; use 'adamw' or 'lion'")
+        extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
+        optimizer = create_optimizer_v2(
+            self.model, opt=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
+        )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        warmup_steps = int(round(hp.warmup_epochs * total_steps / epochs))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, hp.min_lr_ratio)
+        warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
+        scheduler = CosineLRScheduler(
+            optimizer,
+            t_initial=max(1, total_steps - warmup_steps),
+            lr_min=hp.lr * hp.min_lr_ratio,
+            warmup_t=warmup_steps,
+            warmup_lr_init=hp.lr / max(1, warmup_steps),
+            warmup_prefix=True,
+            t_in_epochs=False,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
+        """timm schedulers are stepped by the number of optimizer updates done."""
+        scheduler.step_update(num_updates=self.global_step)

@@ -37,12 +37,17 @@ class CheckpointError(ValueError):
 
 def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The weights of a loaded file: out of ``state_dict``/``model`` wrappers, without ``module.`` and
-    (for a Lightning module's keys) ``model.`` prefixes."""
+    (for a Lightning module's keys) ``model.`` prefixes; a Lightning run with a moving average of the
+    weights (``model_ema.module.``) gives the average, which is what its validation measured."""
     for key in ("state_dict", "model"):
         if key in state_dict and isinstance(state_dict[key], Mapping):
             state_dict = state_dict[key]
     state_dict = {k[len("module.") :] if k.startswith("module.") else k: v for k, v in state_dict.items()}
-    if state_dict and all(k.startswith("model.") for k in state_dict if torch.is_tensor(state_dict[k])):
+    if any(k.startswith("model_ema.module.") for k in state_dict):
+        # a Lightning run with a moving average of the weights: the average is what validation measured
+        return {k[len("model_ema.module.") :]: v for k, v in state_dict.items() if k.startswith("model_ema.module.")}
+    tensors = [k for k in state_dict if torch.is_tensor(state_dict[k])]
+    if tensors and all(k.startswith("model.") for k in tensors if not k.startswith("criterion")):
         state_dict = {k[len("model.") :]: v for k, v in state_dict.items() if k.startswith("model.")}
     return dict(state_dict)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import DropPath
 from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from torch import nn
@@ -36,7 +37,9 @@ class CrateBlock(nn.Module):
     """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA).
 
     ``proj_bias`` and ``ista_layer`` let variants (CRATE-alpha) swap the output projection and the
-    sparse coding step while keeping the layout.
+    sparse coding step while keeping the layout. ``drop_path`` (stochastic depth) drops the residual
+    branches of a training batch's samples: the MSSA update here (ISTA has no residual to drop), both
+    updates in CRATE-alpha.
     """
 
     def __init__(
@@ -51,17 +54,19 @@ class CrateBlock(nn.Module):
         norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
         proj_bias: bool = True,
         ista_layer: Callable[..., nn.Module] = ISTA,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
         self.attn = MSSA(
             dim, num_heads, head_dim=head_dim, proj_bias=proj_bias, attn_drop=attn_drop, proj_drop=proj_drop
         )
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
         self.ista = ista_layer(dim, step_size=step_size, lambd=lambd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
+        x = x + self.drop_path1(self.attn(self.norm1(x)))
         return self.ista(self.norm2(x))
 
     def sparse_step(self, z_half: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +81,7 @@ class CrateBlock(nn.Module):
             update, heads = self.attn.forward_trace(attn_input)
         else:
             update, heads = self.attn(attn_input), None
-        z_half = x + update
+        z_half = x + self.drop_path1(update)
         mlp_input = self.norm2(z_half)
         z_out, code = self.sparse_step(z_half, mlp_input)
         trace = BlockTrace.record(
@@ -116,6 +121,7 @@ class CRATE(nn.Module):
         pos_drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         proj_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
         norm_layer: Callable[[int], nn.Module] = nn.LayerNorm,
         embed_layer: Callable[..., nn.Module] = PatchEmbed,
         block_fn: Callable[..., nn.Module] = CrateBlock,
@@ -138,6 +144,7 @@ class CRATE(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)
+        rates = [float(rate) for rate in torch.linspace(0, drop_path_rate, depth)]  # timm's linear rule
         self.blocks = nn.Sequential(
             *[
                 block_fn(
@@ -149,8 +156,9 @@ class CRATE(nn.Module):
                     attn_drop=attn_drop_rate,
                     proj_drop=proj_drop_rate,
                     norm_layer=norm_layer,
+                    drop_path=rates[index],
                 )
-                for _ in range(depth)
+                for index in range(depth)
             ]
         )
         reduction = self.patch_embed.patch_size[0]

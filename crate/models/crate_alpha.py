@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from timm.layers import DropPath
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
@@ -33,17 +34,25 @@ __all__ = ["CrateAlphaBlock"]
 class CrateAlphaBlock(CrateBlock):
     """One CRATE-alpha layer: x = x + MSSA(LN(x)) (bias-free output), then x = x + ODL(LN(x))."""
 
-    def __init__(self, dim: int, num_heads: int, ratio: int = 4, **kwargs: Any) -> None:
-        super().__init__(dim, num_heads, proj_bias=False, ista_layer=partial(OvercompleteISTA, ratio=ratio), **kwargs)
+    def __init__(self, dim: int, num_heads: int, ratio: int = 4, drop_path: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(
+            dim,
+            num_heads,
+            proj_bias=False,
+            ista_layer=partial(OvercompleteISTA, ratio=ratio),
+            drop_path=drop_path,
+            **kwargs,
+        )
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.ista(self.norm2(x))
+        x = x + self.drop_path1(self.attn(self.norm1(x)))
+        return x + self.drop_path2(self.ista(self.norm2(x)))
 
     def sparse_step(self, z_half: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(Z^{l+1} = Z^{l+1/2} + D_hat a_2, the code a_2): the sparse tensor is a_2, 4d wide, not the output."""
         code = self.ista.sparse_code(y)
-        return z_half + self.ista.decode(code), code
+        return z_half + self.drop_path2(self.ista.decode(code)), code
 
 
 def init_crate_alpha_weights(model: nn.Module) -> None:

@@ -1,0 +1,117 @@
+"""The Lightning module on timm's pieces: optimizer factory, cosine schedule, stochastic depth, EMA, Mixup."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lightning as L
+import pytest
+import timm
+import torch
+from lightning.pytorch.callbacks import Callback
+
+import crate  # noqa: F401
+from crate.lit import DigitsDataModule, ImageClassifier
+
+
+def _fit(module: ImageClassifier, steps: int, callbacks: list | None = None, path: Path | None = None) -> L.Trainer:
+    torch.manual_seed(0)
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=steps,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks or [],
+    )
+    trainer.fit(module, DigitsDataModule(batch_size=8))
+    if path is not None:
+        trainer.save_checkpoint(path)
+    return trainer
+
+
+class _RecordLR(Callback):
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_learning_rate_follows_linear_warmup_then_cosine_per_step() -> None:
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, min_lr_ratio=0.1)
+    module.hparams.warmup_epochs = 0.3  # of the 10 steps of this 1-epoch run: 3 warmup steps
+    recorder = _RecordLR()
+    _fit(module, steps=10, callbacks=[recorder])
+    lr, low, warmup, total = 1e-3, 1e-4, 3, 10
+    start = lr / warmup
+    expected = [start + t * (lr - start) / warmup for t in range(warmup)]
+    expected += [low + 0.5 * (lr - low) * (1 + math.cos(math.pi * t / (total - warmup))) for t in range(total - warmup)]
+    assert recorder.lrs == pytest.approx(expected, rel=1e-9)
+
+
+def test_optimizer_groups_skip_norms_biases_and_embeddings_and_apply_layer_decay() -> None:
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, weight_decay=0.05, layer_decay=0.5)
+    trainer = _fit(module, steps=1)
+    groups = trainer.optimizers[0].param_groups
+    names = {id(p): n for n, p in module.model.named_parameters()}
+    for group in groups:
+        for param in group["params"]:
+            name = names[id(param)]
+            no_decay = param.ndim <= 1 or name in ("pos_embed", "cls_token")
+            assert group["weight_decay"] == (0.0 if no_decay else 0.05), name
+    scales = sorted({group["lr_scale"] for group in groups})
+    assert scales[-1] == 1.0 and scales[0] == pytest.approx(0.5**5)  # stem, 4 blocks, head: 6 layer ids
+    lion = _fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, optimizer="lion"), steps=1)
+    assert type(lion.optimizers[0]).__module__.startswith("timm.optim")  # timm's own Lion, no extra package
+    assert type(lion.optimizers[0]).__name__ == "Lion"
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        ImageClassifier("crate_nano_patch4_32", optimizer="adamww")
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "vit_nano_patch4_32"])
+def test_drop_path_rate_is_stochastic_depth_in_training_only(name: str) -> None:
+    module = ImageClassifier(name, in_chans=1, img_size=32, drop_path_rate=0.5)
+    rates = [block.drop_path1.drop_prob for block in module.model.blocks[1:]]
+    assert rates == pytest.approx([0.5 / 3, 1.0 / 3, 0.5])  # timm's linear rule over 4 blocks
+    x = torch.randn(4, 1, 32, 32)
+    module.train()
+    assert not torch.equal(module(x), module(x))  # different residual branches dropped
+    module.eval()
+    assert torch.equal(module(x), module(x))
+
+
+def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> None:
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.9)
+    _fit(module, steps=5, path=tmp_path / "ema.ckpt")
+    assert module._evaluated_model() is module.model_ema.module
+    ema, live = module.model_ema.module.state_dict(), module.model.state_dict()
+    assert any(not torch.equal(ema[k], live[k]) for k in ema)  # the average is not the live weights
+    loaded = timm.create_model(
+        "crate_nano_patch4_32",
+        pretrained=True,
+        num_classes=10,
+        in_chans=1,
+        pretrained_cfg_overlay=dict(file=str(tmp_path / "ema.ckpt")),
+    )
+    for key, value in loaded.state_dict().items():
+        assert torch.equal(value, ema[key]), key
+
+
+def test_mixup_batches_train_on_soft_targets_and_odd_batches_on_hard_ones() -> None:
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, mixup_alpha=0.2, cutmix_alpha=1.0)
+    calls = {"soft": 0, "hard": 0}
+    for kind, loss in (("soft", module.mixed_criterion), ("hard", module.criterion)):
+        original = loss.forward
+
+        def counted(*args, kind: str = kind, original=original) -> torch.Tensor:
+            calls[kind] += 1
+            return original(*args)
+
+        loss.forward = counted
+    _fit(module, steps=3)
+    assert calls["soft"] == 3  # batches of 8
+    assert calls["hard"] >= 1  # validation uses the hard labels
