@@ -95,3 +95,29 @@ def test_training_loader_resumes_mid_epoch_and_not_past_a_finished_epoch() -> No
     other = data.train_dataloader()
     other.resumable_sampler.set_epoch(2)
     assert not torch.equal(next(iter(other))[0], epoch_one[0][0])  # a new order every epoch
+
+
+def test_image_folder_augmentation_settings_reach_timm_s_transform(tmp_path: Path) -> None:
+    from timm.data.random_erasing import RandomErasing
+    from timm.data.transforms import RandomResizedCropAndInterpolation
+    from torchvision import transforms
+
+    _write_image_folder(tmp_path)
+
+    def steps(**kwargs) -> list:
+        data = ImageFolderDataModule(str(tmp_path), num_workers=0, **kwargs)
+        data.setup("fit")
+        return list(data.train_set.transform.transforms)
+
+    def crop(found: list) -> RandomResizedCropAndInterpolation:
+        return next(step for step in found if isinstance(step, RandomResizedCropAndInterpolation))
+
+    assert crop(steps(img_size=32)).scale == (0.6, 1.0)  # small images keep most of themselves
+    assert crop(steps(img_size=224)).scale == (0.08, 1.0)  # timm's ImageNet range
+    custom = steps(img_size=32, scale=(0.9, 1.0), hflip=0.0, re_prob=0.25, auto_augment="rand-m9-mstd0.5")
+    assert crop(custom).scale == (0.9, 1.0)
+    assert not any(isinstance(step, transforms.RandomHorizontalFlip) for step in custom)
+    assert any(isinstance(step, RandomErasing) and step.probability == 0.25 for step in custom)
+    assert any("RandAugment" in type(step).__name__ for step in custom)
+    with pytest.raises(ValueError, match="scale"):
+        ImageFolderDataModule(str(tmp_path), scale=(0.5, 0.2))

@@ -63,6 +63,12 @@ class ImageFolderDataModule(ImageDataModule):
     DataModule is attached to a trainer, or from the model given to ``transforms_from`` (evaluation
     outside a trainer), otherwise from ImageNet defaults; the size is always ``img_size``. ``root/test``
     is the test split when it exists.
+
+    Training augmentation is timm's (``create_transform``), with its settings in the config: ``scale`` and
+    ``ratio`` of the random-resized crop (default: timm's (0.08, 1) from 128 pixels up, (0.6, 1) below,
+    where an 8% crop leaves a few pixels), ``hflip`` (set 0 for data that is not mirror-symmetric, such
+    as digits or text), ``color_jitter`` (default 0.4 from 128 pixels up, off below), ``auto_augment``
+    (e.g. ``rand-m9-mstd0.5``, RandAugment) and ``re_prob`` (random erasing).
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -75,8 +81,28 @@ class ImageFolderDataModule(ImageDataModule):
         num_workers: int = 4,
         seed: int = 0,
         predict_split: str = "val",
+        scale: tuple[float, float] | None = None,
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        hflip: float = 0.5,
+        color_jitter: float | None = None,
+        auto_augment: str | None = None,
+        re_prob: float = 0.0,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split)
+        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"scale must be (low, high) with 0 < low <= high <= 1, got {scale}")
+        if not 0 <= hflip <= 1 or not 0 <= re_prob <= 1:
+            raise ValueError(f"hflip and re_prob are probabilities, got {hflip} and {re_prob}")
+        # timm's ImageNet crop range (0.08, 1) keeps 8% of a 224-pixel image: 63 pixels a side; of a
+        # 32-pixel image it keeps 9 pixels, which destroys small images. Small images keep most of theirs.
+        self.augmentation = dict(
+            scale=tuple(scale) if scale is not None else ((0.08, 1.0) if img_size >= 128 else (0.6, 1.0)),
+            ratio=tuple(ratio),
+            hflip=hflip,
+            color_jitter=color_jitter if color_jitter is not None else (0.4 if img_size >= 128 else 0.0),
+            auto_augment=auto_augment,
+            re_prob=re_prob,
+        )
         self.root = Path(root)
         missing = [str(self.root / split) for split in ("train", "val") if not (self.root / split).is_dir()]
         if missing:
@@ -110,7 +136,9 @@ class ImageFolderDataModule(ImageDataModule):
         config = self._data_config()
         class_index = {name: index for index, name in enumerate(self.classes)}
         train = datasets.ImageFolder(
-            str(self.root / "train"), transform=create_transform(**config, is_training=True), loader=load_rgb_image
+            str(self.root / "train"),
+            transform=create_transform(**config, **self.augmentation, is_training=True),
+            loader=load_rgb_image,
         )
         evaluated = []
         for split in self.splits[1:]:
