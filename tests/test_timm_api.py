@@ -145,3 +145,29 @@ def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
     for compiled in (scripted, traced):
         with pytest.raises((AssertionError, torch.jit.Error), match="built for 3-channel images"):
             compiled(wrong)
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32"])
+def test_dynamic_img_size_resamples_the_position_embedding(name: str) -> None:
+    from timm.layers import resample_abs_pos_embed
+
+    torch.manual_seed(0)
+    static = timm.create_model(name, num_classes=5).eval()
+    dynamic = timm.create_model(name, num_classes=5, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(static.state_dict())
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(dynamic(x), static(x))  # at the built size: the same model
+        wide = torch.randn(2, 3, 48, 64)
+        _, maps = dynamic.forward_intermediates(wide, indices=1)
+        assert maps[0].shape == (2, 96, 12, 16)
+        # at another size: the static model with its position embedding resampled to that grid
+        resized = timm.create_model(name, num_classes=5, img_size=(48, 64)).eval()
+        state = dict(static.state_dict())
+        state["pos_embed"] = resample_abs_pos_embed(state["pos_embed"], new_size=[12, 16], old_size=[8, 8])
+        resized.load_state_dict(state)
+        torch.testing.assert_close(dynamic(wide), resized(wide), atol=1e-5, rtol=1e-5)
+        scripted = torch.jit.script(dynamic)
+        torch.testing.assert_close(scripted(wide), dynamic(wide), atol=1e-5, rtol=1e-5)
+    with pytest.raises(AssertionError, match="multiples of the patch size"):
+        dynamic(torch.randn(1, 3, 30, 32))

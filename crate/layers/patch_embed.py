@@ -52,6 +52,15 @@ class _PatchGrid(nn.Module):
             raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.strict_img_size = True  # False: any size divisible by the patch size (dynamic image size)
+
+    def check(self, x: torch.Tensor) -> None:
+        """The input check: the built size, or (not strict) a size divisible by the patch size."""
+        check_image_input(x, self.in_chans, self.img_size if self.strict_img_size else None)
+        if not self.strict_img_size:
+            message = f"image sides must be multiples of the patch size {self.patch_size[0]}x{self.patch_size[1]}"
+            _assert(x.shape[2] % self.patch_size[0] == 0, message)
+            _assert(x.shape[3] % self.patch_size[1] == 0, message)
 
 
 class PatchEmbed(_PatchGrid):
@@ -82,7 +91,7 @@ class PatchEmbed(_PatchGrid):
         return x.reshape(batch, (height // ph) * (width // pw), ph * pw * chans)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_input(x, self.in_chans, self.img_size)
+        self.check(x)
         return self.norm_out(self.proj(self.norm_in(self.patchify(x))))
 
 
@@ -100,5 +109,5 @@ class ConvPatchEmbed(_PatchGrid):
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_input(x, self.in_chans, self.img_size)
+        self.check(x)
         return self.proj(x).flatten(2).transpose(1, 2)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import DropPath
+from timm.layers import DropPath, resample_abs_pos_embed
 from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from torch import nn
@@ -100,7 +100,11 @@ class CRATE(nn.Module):
     ``global_pool="avg"`` averages the patch tokens (timm's convention); with ``pool_include_prefix=True``
     it averages every token, class token included, as the official CRATE code's ``pool="mean"`` does:
     load an official mean-pool checkpoint with ``global_pool="avg", pool_include_prefix=True``.
+    ``dynamic_img_size=True`` takes any image size divisible by the patch size, the position embedding
+    resampled (bicubic) from the built grid to the input's, as timm's ViT does.
     """
+
+    __constants__ = ["dynamic_img_size"]  # TorchScript compiles only the branch the model was built with
 
     def __init__(
         self,
@@ -110,6 +114,7 @@ class CRATE(nn.Module):
         num_classes: int = 1000,
         global_pool: Literal["", "token", "avg"] = "token",
         pool_include_prefix: bool = False,
+        dynamic_img_size: bool = False,
         embed_dim: int = 384,
         depth: int = 12,
         num_heads: int = 6,
@@ -133,6 +138,7 @@ class CRATE(nn.Module):
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.pool_include_prefix = pool_include_prefix
+        self.dynamic_img_size = dynamic_img_size
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.num_prefix_tokens = 1
         self.has_class_token = True
@@ -140,6 +146,7 @@ class CRATE(nn.Module):
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
 
         self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
+        self.patch_embed.strict_img_size = not dynamic_img_size
         num_patches = self.patch_embed.num_patches
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
@@ -197,9 +204,23 @@ class CRATE(nn.Module):
             self.global_pool = global_pool
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
-    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+    def _embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Patch tokens with the class token and position embedding (resampled to the input's patch grid
+        when the model was built with ``dynamic_img_size=True``)."""
+        x = self.patch_embed(images)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return self.pos_drop(x + self.pos_embed)
+        if self.dynamic_img_size:
+            patch = self.patch_embed.patch_size
+            grid = [images.shape[-2] // patch[0], images.shape[-1] // patch[1]]
+            pos_embed = resample_abs_pos_embed(
+                self.pos_embed,
+                new_size=grid,
+                old_size=list(self.patch_embed.grid_size),
+                num_prefix_tokens=self.num_prefix_tokens,
+            )
+        else:
+            pos_embed = self.pos_embed
+        return self.pos_drop(x + pos_embed)
 
     def forward_intermediates(
         self,
@@ -219,8 +240,8 @@ class CRATE(nn.Module):
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        batch = x.shape[0]
-        x = self._pos_embed(self.patch_embed(x))
+        batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
+        x = self._embed(x)
         blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
         intermediates = []
         for index, block in enumerate(blocks):
@@ -230,7 +251,8 @@ class CRATE(nn.Module):
         prefix = [y[:, : self.num_prefix_tokens] for y in intermediates]
         intermediates = [y[:, self.num_prefix_tokens :] for y in intermediates]
         if output_fmt == "NCHW":
-            height, width = self.patch_embed.grid_size
+            patch = self.patch_embed.patch_size
+            height, width = height // patch[0], width // patch[1]
             intermediates = [
                 y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
             ]
@@ -255,7 +277,7 @@ class CRATE(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, C, H, W) -> normalised tokens (B, 1 + N, d), the class token first."""
-        x = self._pos_embed(self.patch_embed(x))
+        x = self._embed(x)
         if self.grad_checkpointing and not torch.jit.is_scripting():
             x = checkpoint_seq(self.blocks, x)
         else:
