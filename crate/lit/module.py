@@ -132,13 +132,13 @@ class ImageClassifier(L.LightningModule):
         if self.model_ema is not None:
             self.model_ema.update(self.model, step=self.global_step)
 
-    def _evaluated_model(self) -> nn.Module:
+    def evaluated_model(self) -> nn.Module:
         """The weights validation, test and predict measure: the moving average when it is on."""
         return self.model_ema.module if self.model_ema is not None else self.model
 
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy) -> None:
         images, targets = batch
-        logits = self._evaluated_model()(images)
+        logits = self.evaluated_model()(images)
         self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", sync_dist=True)
         metric(logits, targets)
         self.log(f"{stage}/acc", metric, prog_bar=True)
@@ -152,7 +152,7 @@ class ImageClassifier(L.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor | None]:
         """Class probabilities (and the labels where the batch has them), for the PredictionWriter."""
         images, labels = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
-        return {"probabilities": self._evaluated_model()(images).softmax(dim=-1), "labels": labels}
+        return {"probabilities": self.evaluated_model()(images).softmax(dim=-1), "labels": labels}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""

@@ -136,7 +136,8 @@ class CodingRateMonitor(Callback):
         return self._probe
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        model = pl_module.model
+        # the weights validation measures (the moving average when the module keeps one)
+        model = pl_module.evaluated_model() if hasattr(pl_module, "evaluated_model") else pl_module.model
         was_training = model.training
         model.eval()
         try:

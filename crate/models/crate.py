@@ -151,7 +151,7 @@ class CRATE(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)
-        rates = [float(rate) for rate in torch.linspace(0, drop_path_rate, depth)]  # timm's linear rule
+        rates = [drop_path_rate * index / max(depth - 1, 1) for index in range(depth)]  # timm's linear rule
         self.blocks = nn.Sequential(
             *[
                 block_fn(
