@@ -88,6 +88,7 @@ def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> No
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.9)
     _fit(module, steps=5, path=tmp_path / "ema.ckpt")
     assert module.evaluated_model() is module.model_ema.module
+    assert not any(p.requires_grad for p in module.model_ema.parameters())  # never optimised (DDP-safe)
     ema, live = module.model_ema.module.state_dict(), module.model.state_dict()
     assert any(not torch.equal(ema[k], live[k]) for k in ema)  # the average is not the live weights
     loaded = timm.create_model(

@@ -95,6 +95,8 @@ class ImageClassifier(L.LightningModule):
             self.model.set_grad_checkpointing(True)
         # the average is a submodule: checkpointed with the run, never optimised (it has no gradients)
         self.model_ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=True) if ema_decay is not None else None
+        if self.model_ema is not None:
+            self.model_ema.requires_grad_(False)  # DDP would otherwise count its parameters as unused
         self.mixup = None
         if mixup_alpha > 0 or cutmix_alpha > 0:
             self.mixup = Mixup(
