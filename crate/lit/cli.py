@@ -68,7 +68,7 @@ def _check_readable(path: Path) -> Checkpoint:
         ) from err
 
 
-def check_checkpoint_model(held: Checkpoint, model_name: str, model_kwargs: dict[str, Any] | None) -> None:
+def check_checkpoint_model(held: Checkpoint, model_name: str) -> None:
     """Refuse a Lightning checkpoint trained as another architecture than the config builds."""
     saved = held.hparams.get("model_name")
     if held.source != "lightning":
@@ -85,7 +85,8 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, model_kwargs: dict
 
 def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> str | None:
     """``last``: the newest ``last*.ckpt`` of any version of the run (Lightning looks only in the new
-    version's folder); a path: checked to exist and to be readable. ``best``/``hpc`` pass through."""
+    version's folder); a path: checked to exist (the CLI then reads it once, through the zoo's reader, to
+    check it is readable and of the configured model). ``best``/``hpc`` pass through."""
     if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
         return ckpt_path
     if ckpt_path == "last":
@@ -99,7 +100,6 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> s
         path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {path} does not exist (--ckpt_path)")
-    _check_readable(path)
     return str(path)
 
 
@@ -161,8 +161,7 @@ class CrateCLI(LightningCLI):
         path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"])
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
-            model = config["model"]
-            check_checkpoint_model(read_checkpoint(path), model["model_name"], model.get("model_kwargs"))
+            check_checkpoint_model(_check_readable(Path(path)), config["model"]["model_name"])
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +49,20 @@ class Checkpoint:
     def model_name(self) -> str | None:
         return self.hparams.get("model_name")
 
+    @cached_property
     def zoo_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights renamed to the zoo's timm layout (official layouts converted)."""
+        """The weights renamed to the zoo's timm layout (official layouts converted), computed once."""
         return to_zoo_layout(self.state_dict)
 
     @property
     def num_classes(self) -> int | None:
         """Rows of the classifier (None: no classifier in the file)."""
-        head = self.zoo_state_dict().get("head.weight")
+        head = self.zoo_state_dict.get("head.weight")
         return int(head.shape[0]) if head is not None and head.ndim == 2 else self.hparams.get("num_classes")
 
     def in_chans(self, patch_size: tuple[int, int] | None = None) -> int | None:
         """Input channels: from a conv patch embedding, or a flat one given the patch size."""
-        state = self.zoo_state_dict()
+        state = self.zoo_state_dict
         weight = state.get("patch_embed.proj.weight")
         if weight is not None and weight.ndim == 4:
             return int(weight.shape[1])
@@ -70,7 +72,7 @@ class Checkpoint:
 
     @property
     def width_and_depth(self) -> tuple[int | None, int]:
-        state = self.zoo_state_dict()
+        state = self.zoo_state_dict
         pos = state.get("pos_embed")
         depth = len({key.split(".")[1] for key in state if key.startswith("blocks.")})
         return (int(pos.shape[-1]) if pos is not None else None), depth
