@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from crate.lit.data import CIFARDataModule, DigitsDataModule, ImageFolderDataModule
+from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
+from crate.lit.data.augmentation import train_transform
+from crate.lit.data.folder import DataError
 
 
 def test_digits_split_is_deterministic_stratified_and_resized() -> None:
@@ -31,7 +34,7 @@ def test_digits_split_is_deterministic_stratified_and_resized() -> None:
 
 
 def test_digits_three_channels_repeat_the_gray_image() -> None:
-    data = DigitsDataModule(in_chans=3, augment=False)
+    data = DigitsDataModule(in_chans=3, augmentation=None)
     data.setup("fit")
     image, _ = data.val_set[3]
     assert data.in_chans == 3 and image.shape == (3, 32, 32)
@@ -97,27 +100,163 @@ def test_training_loader_resumes_mid_epoch_and_not_past_a_finished_epoch() -> No
     assert not torch.equal(next(iter(other))[0], epoch_one[0][0])  # a new order every epoch
 
 
-def test_image_folder_augmentation_settings_reach_timm_s_transform(tmp_path: Path) -> None:
+def _transform_steps(transform) -> list:
+    return [step for part in getattr(transform, "transforms", [transform]) for step in _flat(part)]
+
+
+def _flat(step) -> list:
+    inner = getattr(step, "transforms", None)
+    return [s for part in inner for s in _flat(part)] if isinstance(inner, list) else [step]
+
+
+def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_path: Path) -> None:
     from timm.data.random_erasing import RandomErasing
     from timm.data.transforms import RandomResizedCropAndInterpolation
     from torchvision import transforms
 
     _write_image_folder(tmp_path)
 
-    def steps(**kwargs) -> list:
+    def folder_steps(**kwargs) -> list:
         data = ImageFolderDataModule(str(tmp_path), num_workers=0, **kwargs)
         data.setup("fit")
-        return list(data.train_set.transform.transforms)
+        return _transform_steps(data.train_set.transform)
 
     def crop(found: list) -> RandomResizedCropAndInterpolation:
         return next(step for step in found if isinstance(step, RandomResizedCropAndInterpolation))
 
-    assert crop(steps(img_size=32)).scale == (0.6, 1.0)  # small images keep most of themselves
-    assert crop(steps(img_size=224)).scale == (0.08, 1.0)  # timm's ImageNet range
-    custom = steps(img_size=32, scale=(0.9, 1.0), hflip=0.0, re_prob=0.25, auto_augment="rand-m9-mstd0.5")
-    assert crop(custom).scale == (0.9, 1.0)
-    assert not any(isinstance(step, transforms.RandomHorizontalFlip) for step in custom)
-    assert any(isinstance(step, RandomErasing) and step.probability == 0.25 for step in custom)
-    assert any("RandAugment" in type(step).__name__ for step in custom)
-    with pytest.raises(ValueError, match="scale"):
-        ImageFolderDataModule(str(tmp_path), scale=(0.5, 0.2))
+    assert crop(folder_steps(img_size=32)).scale == (0.6, 1.0)  # small images keep most of themselves
+    assert crop(folder_steps(img_size=224)).scale == (0.08, 1.0)  # timm's ImageNet range
+    assert any(isinstance(step, transforms.ColorJitter) for step in folder_steps(img_size=224))
+    assert not any(isinstance(step, transforms.ColorJitter) for step in folder_steps(img_size=32))
+    custom = Augmentation(scale=(0.9, 1.0), hflip=0.0, re_prob=0.25, auto_augment="rand-m9-mstd0.5")
+    digits = DigitsDataModule(augmentation=custom)
+    digits.setup("fit")
+    for found in (folder_steps(img_size=32, augmentation=custom), _transform_steps(digits.train_transform)):
+        assert crop(found).scale == (0.9, 1.0)
+        assert not any(isinstance(step, transforms.RandomHorizontalFlip) for step in found)
+        assert any(isinstance(step, RandomErasing) and step.probability == 0.25 for step in found)
+        assert any("RandAugment" in type(step).__name__ for step in found)
+    cifar = CIFARDataModule(root=str(tmp_path), download=False, augmentation=Augmentation(padding=3, vflip=0.5))
+    found = _transform_steps(cifar._transforms(train=True))
+    assert any(isinstance(step, transforms.RandomCrop) and step.padding == 3 for step in found)
+    assert any(isinstance(step, transforms.RandomVerticalFlip) for step in found)
+    assert not any(isinstance(step, RandomResizedCropAndInterpolation) for step in found)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(scale=(0.5, 0.2)), "scale"),
+        (dict(scale=(0.0, 1.0)), "scale"),
+        (dict(ratio=(2.0, 1.0)), "ratio"),
+        (dict(padding=4, scale=(0.5, 1.0)), "exclude each other"),
+        (dict(hflip=1.5), "hflip"),
+        (dict(re_prob=-0.1), "re_prob"),
+        (dict(auto_augment="randaugment9"), "auto_augment"),
+        (dict(padding=-1), "padding"),
+        (dict(rotate=-5), "rotate"),
+        (dict(translate=1.5), "translate"),
+        (dict(zoom=(1.2, 0.8)), "zoom"),
+    ],
+)
+def test_bad_augmentation_settings_are_refused(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Augmentation(**settings)
+
+
+def test_geometric_augmentation_fills_with_the_given_background() -> None:
+    """Geometric augmentation brings in the given fill (digits: the black background), timm's default
+    being the normalisation mean (gray here)."""
+    black = Image.new("L", (32, 32), 0)
+    shifted = Augmentation(padding=6, hflip=0.0)
+    turned = Augmentation(scale=(1.0, 1.0), hflip=0.0, rotate=40, translate=0.2, zoom=(0.6, 0.8))
+    randaugment = Augmentation(hflip=0.0, auto_augment="rand-m9-n2-mstd0.5")
+    for fill, expect in (((0.0,), (0,)), (None, (128,))):
+        for geometric in (shifted, turned):
+            transform = train_transform(geometric, 32, mean=(0.5,), std=(0.5,), fill=fill)
+            torch.manual_seed(0)
+            outputs = torch.stack([transform(black) for _ in range(20)])
+            assert bool((outputs > -0.99).any()) == (expect != (0,))  # gray borders only with the mean as fill
+        steps = _transform_steps(train_transform(randaugment, 32, mean=(0.5,), std=(0.5,), fill=fill))
+        ops = next(step for step in steps if type(step).__name__ == "RandAugment").ops
+        assert {op.kwargs["fillcolor"] for op in ops} == {expect}
+
+
+def test_digits_augmentation_is_off_with_null_and_seeded_per_sample() -> None:
+    plain = DigitsDataModule(augmentation=None)
+    plain.setup("fit")
+    assert plain.train_transform is None
+    data = DigitsDataModule()
+    data.setup("fit")
+    loader = data.train_dataloader()
+    first, second = next(iter(loader))[0], next(iter(data.train_dataloader()))[0]
+    assert torch.equal(first, second)  # the same (seed, epoch, position), the same augmentation
+    image = data.train_set.images[0]
+    assert data.train_transform(image).shape == image.shape
+
+
+def _write_gray_folder(root: Path, per_class: int, colour_at: int | None = None) -> None:
+    rng = np.random.default_rng(1)
+    for split in ("train", "val"):
+        for c in range(2):
+            folder = root / split / f"class_{c}"
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                image = Image.fromarray(rng.integers(0, 256, size=(12, 12), dtype=np.uint8), mode="L")
+                if split == "train" and c == 1 and i == colour_at:
+                    image = Image.merge("RGB", (image, image.point(lambda v: 255 - v), image))
+                image.save(folder / f"{i:03d}.png")
+
+
+def test_grayscale_folder_stays_one_channel_with_luma_weighted_statistics(tmp_path: Path) -> None:
+    from timm.data import IMAGENET_DEFAULT_MEAN
+
+    _write_gray_folder(tmp_path, per_class=4)
+    data = ImageFolderDataModule(str(tmp_path), img_size=16, batch_size=4, num_workers=0)
+    assert data.in_chans == 1
+    data.setup("fit")
+    images, _ = next(iter(data.val_dataloader()))
+    assert images.shape == (4, 1, 16, 16)
+    mean = data._data_config()["mean"]
+    assert mean == pytest.approx(  # the luma weights of PIL's RGB -> L conversion
+        (0.299 * IMAGENET_DEFAULT_MEAN[0] + 0.587 * IMAGENET_DEFAULT_MEAN[1] + 0.114 * IMAGENET_DEFAULT_MEAN[2],)
+    )
+    # a flat gray file: every output pixel is its value normalised once with the gray statistics
+    Image.new("L", (12, 12), 200).save(data.val_set.samples[0][0])
+    std = data._data_config()["std"][0]
+    expected = (200 / 255 - mean[0]) / std
+    assert torch.allclose(data.val_set[0][0], torch.full((1, 16, 16), expected), atol=1e-5)
+    rgb = ImageFolderDataModule(str(tmp_path), img_size=16, in_chans=3, num_workers=0)
+    assert rgb.in_chans == 3
+
+
+def test_colour_image_in_a_folder_judged_gray_is_an_error_naming_it(tmp_path: Path) -> None:
+    _write_gray_folder(tmp_path, per_class=12, colour_at=10)  # beyond the sampled first 8
+    data = ImageFolderDataModule(str(tmp_path), img_size=16, batch_size=24, num_workers=0)
+    assert data.in_chans == 1
+    data.setup("fit")
+    with pytest.raises(DataError, match=r"010\.png is a RGB image.*--data.in_chans 3"):
+        list(data.train_dataloader())
+    asked = ImageFolderDataModule(str(tmp_path), img_size=16, in_chans=1, batch_size=24, num_workers=0)
+    asked.setup("fit")
+    assert next(iter(asked.train_dataloader()))[0].shape[1] == 1  # asked for gray: converted, no error
+
+
+def test_seeded_samples_reproduce_python_numpy_and_torch_draws_and_leave_global_state_alone() -> None:
+    from crate.data.resumable import SeededTransformDataset
+
+    def draws(image: torch.Tensor) -> torch.Tensor:  # one draw from each generator timm's transforms use
+        return torch.tensor([random.random(), float(np.random.rand()), float(torch.rand(()))])
+
+    dataset = SeededTransformDataset([(torch.zeros(1), 0)] * 3, draws)
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    before = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    batch = dataset.__getitems__([(0, 11), (1, 12), (2, 11)])
+    assert torch.equal(batch[0][0], batch[2][0]) and not torch.equal(batch[0][0], batch[1][0])
+    assert torch.equal(dataset[(1, 12)][0], batch[1][0])  # one sample alone draws what it drew in a batch
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == before  # globals untouched

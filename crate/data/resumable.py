@@ -4,17 +4,21 @@ an interrupted run already consumed.
 
 - :class:`ResumableSampler` yields ``(index, sample_seed)`` in a permutation drawn from ``seed + epoch``,
   this process's share of it under ``torch.distributed`` (every ``world_size``-th position from ``rank``);
-- :class:`SeededTransformDataset` applies a random transform under ``sample_seed``, leaving the global
-  random state untouched;
+- :class:`SeededTransformDataset` applies a random transform under ``sample_seed`` (torch's, Python's and
+  NumPy's generators: timm's crops and RandAugment draw from Python's ``random``), leaving the global
+  random states untouched;
 - :class:`ResumableDataLoader` reports ``{"epoch", "batches"}`` through ``state_dict`` (Lightning saves it
   in checkpoints) and skips those batches after ``load_state_dict``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -73,9 +77,30 @@ class ResumableSampler(DistributedSampler):
         return -(-self.num_samples // world)
 
 
+@contextmanager
+def preserved_random_state() -> Iterator[None]:
+    """torch's (CPU), Python's and NumPy's global random states restored on exit."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
+def reseed(seed: int) -> None:
+    """Seed torch's CPU, Python's and NumPy's global generators (torch.manual_seed would also seed every
+    accelerator, at 100 times the cost)."""
+    torch.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 class SeededTransformDataset(Dataset):
-    """``base[index]`` and then ``transform``, both under the sample's own seed (global RNG untouched), so
-    random transforms inside ``base`` (torchvision datasets) are reproducible too."""
+    """``base[index]`` and then ``transform``, both under the sample's own seed (global random states
+    restored after each batch), so random transforms inside ``base`` (torchvision datasets) are
+    reproducible too. DataLoaders fetch a batch at once through ``__getitems__``."""
 
     def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None) -> None:
         self.base = base
@@ -84,14 +109,19 @@ class SeededTransformDataset(Dataset):
     def __len__(self) -> int:
         return len(self.base)
 
-    def __getitem__(self, key: tuple[int, int]) -> Any:
-        index, sample_seed = key
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sample_seed)
-            image, label = self.base[index]
-            if self.transform is not None:
-                image = self.transform(image)
+    def _sample(self, index: int, sample_seed: int) -> Any:
+        reseed(sample_seed)
+        image, label = self.base[index]
+        if self.transform is not None:
+            image = self.transform(image)
         return image, label
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list[Any]:
+        with preserved_random_state():
+            return [self._sample(index, sample_seed) for index, sample_seed in keys]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        return self.__getitems__([key])[0]
 
 
 class ResumableDataLoader(DataLoader):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import numpy as np
 import timm
 import torch
 import torch.nn.functional as F
 import yaml
+from jsonargparse import ArgumentError, ArgumentParser
 from sklearn.datasets import load_sample_images
 
 import crate.models  # noqa: F401  (registers the zoo)
@@ -53,6 +56,25 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
     return model.eval()
+
+
+def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels: int) -> Any:
+    """The DataModule a train.py config describes, parsed and type-checked as train.py does (jsonargparse),
+    reading images with the model's channel count where the DataModule lets it be chosen."""
+    module_name, _, class_name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"data.class_path {class_path} cannot be imported: {err}") from err
+    if "in_chans" in inspect.signature(cls).parameters:
+        init_args = dict(init_args, in_chans=channels)
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    try:
+        config = parser.parse_object({"data": {"class_path": class_path, "init_args": init_args}})
+    except ArgumentError as err:
+        raise ValueError(f"{class_name} does not take these settings: {err}") from err
+    return parser.instantiate_classes(config).data
 
 
 def model_in_chans(model: torch.nn.Module) -> int:
@@ -113,12 +135,17 @@ def load_data(
     data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
     if "class_path" not in data:
         raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
-    module_name, _, class_name = data["class_path"].rpartition(".")
-    init_args = {**(data.get("init_args") or {}), **(overrides or {})}
-    try:
-        datamodule = getattr(importlib.import_module(module_name), class_name)(**init_args)
-    except TypeError as err:
-        raise ValueError(f"{class_name} does not take these settings: {err}") from err
+    class_name = data["class_path"].rpartition(".")[2]
+    init_args = dict(data.get("init_args") or {})
+    for key, value in (overrides or {}).items():  # "augmentation.scale" -> init_args["augmentation"]["scale"]
+        *parents, leaf = key.split(".")
+        target = init_args
+        for parent in parents:
+            if not isinstance(target.get(parent), dict):
+                target[parent] = {}
+            target = target[parent]
+        target[leaf] = value
+    datamodule = _instantiate_datamodule(data["class_path"], init_args, channels=in_chans)
     if hasattr(datamodule, "transforms_from"):
         datamodule.transforms_from(model)  # the evaluation transforms training used for this model
     datamodule.setup("fit")

@@ -1,11 +1,12 @@
 """Lightning: the classification module, DataModules and the CLI of ``train.py``."""
 
 from .cli import CrateCLI, cli_main
-from .data import CIFARDataModule, DigitsDataModule, ImageDataModule, ImageFolderDataModule
+from .data import Augmentation, CIFARDataModule, DigitsDataModule, ImageDataModule, ImageFolderDataModule
 from .module import ImageClassifier
 from .rate_monitor import CodingRateMonitor
 
 __all__ = [
+    "Augmentation",
     "CIFARDataModule",
     "CodingRateMonitor",
     "CrateCLI",

@@ -7,9 +7,13 @@ from typing import Literal
 
 from torchvision import datasets, transforms
 
+from .augmentation import Augmentation, train_transform
 from .base import ImageDataModule
 
-__all__ = ["CIFARDataModule"]
+__all__ = ["CIFAR_AUGMENTATION", "CIFARDataModule"]
+
+# The usual CIFAR recipe: shifts by up to 4 pixels (padded crop) and horizontal flips.
+CIFAR_AUGMENTATION = Augmentation(padding=4, hflip=0.5)
 
 _CIFAR = {
     "cifar10": (
@@ -30,13 +34,15 @@ _CIFAR = {
 
 
 class CIFARDataModule(ImageDataModule):
-    """CIFAR-10/100 with random crop and flip for training.
+    """CIFAR-10/100; training augmentation by default the usual padded crop and flip.
 
     Args:
         root: folder holding (or to receive) ``cifar-10-batches-py`` / ``cifar-100-python``.
         dataset: ``cifar10`` or ``cifar100``.
         download: fetch the data when it is not under ``root`` (needs network).
         img_size: images are resized from 32 to this side when it differs.
+        augmentation: training augmentation (timm's settings, see :class:`Augmentation`); the padded crop
+            pads the resized image, so its ``padding`` is in output pixels.
         seed: seed of the training order and augmentation.
         predict_split: the split ``train.py predict`` predicts. CIFAR's official test split is both the
             validation and the test split here (CIFAR has no separate validation split).
@@ -50,6 +56,7 @@ class CIFARDataModule(ImageDataModule):
         img_size: int = 32,
         batch_size: int = 128,
         num_workers: int = 2,
+        augmentation: Augmentation = CIFAR_AUGMENTATION,
         seed: int = 0,
         predict_split: str = "val",
     ) -> None:
@@ -59,6 +66,7 @@ class CIFARDataModule(ImageDataModule):
         self.root = Path(root)
         self.dataset = dataset
         self.download = download
+        self.augmentation = augmentation
 
     @property
     def num_classes(self) -> int:
@@ -87,11 +95,10 @@ class CIFARDataModule(ImageDataModule):
 
     def _transforms(self, train: bool) -> transforms.Compose:
         mean, std = _CIFAR[self.dataset][3:]
-        steps: list = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()] if train else []
-        if self.img_size != 32:
-            steps.append(transforms.Resize(self.img_size, antialias=True))
-        steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
-        return transforms.Compose(steps)
+        if train:
+            return train_transform(self.augmentation, self.img_size, mean, std, interpolation="bilinear")
+        steps: list = [transforms.Resize(self.img_size, antialias=True)] if self.img_size != 32 else []
+        return transforms.Compose([*steps, transforms.ToTensor(), transforms.Normalize(mean, std)])
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+from PIL import Image
 from torchvision.transforms import v2
 
 from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 
+from .augmentation import Augmentation, train_transform
 from .base import ImageDataModule
 
-__all__ = ["DigitsDataModule"]
+__all__ = ["DIGITS_AUGMENTATION", "DigitsDataModule"]
+
+# Chosen on digits at 32 pixels (benchmarks/augmentation_recipes.py; the figures are in the README): the
+# digits fill their frame, so the crop keeps most of it; they are not mirror-symmetric (no flips); small
+# rotations, shears and shifts (RandAugment drawing mostly geometric operations) model handwriting.
+DIGITS_AUGMENTATION = Augmentation(
+    scale=(1.0, 1.0), ratio=(1.0, 1.0), hflip=0.0, rotate=10, translate=0.1, zoom=(0.9, 1.1)
+)
+
+
+def _as_pil(image: torch.Tensor) -> Image.Image:
+    """A normalised digits tensor back to an 8-bit PIL image (the form timm's augmentations take)."""
+    pixels = (image * DIGITS_STD + DIGITS_MEAN).clamp(0, 1).mul(255).round().to(torch.uint8)
+    return v2.functional.to_pil_image(pixels)
 
 
 class DigitsDataModule(ImageDataModule):
@@ -18,7 +36,8 @@ class DigitsDataModule(ImageDataModule):
         img_size: side of the square images given to the model (the 8x8 digits are resized to it).
         in_chans: 1 (grayscale) or 3 (the gray channel repeated, for RGB models).
         val_fraction: share of each class held out for validation (stratified, fixed by ``split_seed``).
-        augment: light augmentation for training: small random rotation, shift and scale.
+        augmentation: training augmentation (timm's settings, see :class:`Augmentation`); geometric
+            operations fill with the black background. ``null`` trains on the images as they are.
         seed: seed of the training order and augmentation (see :class:`ImageDataModule`).
         predict_split: the split ``train.py predict`` predicts (digits has no test split).
     """
@@ -33,7 +52,7 @@ class DigitsDataModule(ImageDataModule):
         num_workers: int = 0,
         val_fraction: float = 0.2,
         split_seed: int = 0,
-        augment: bool = True,
+        augmentation: Augmentation | None = DIGITS_AUGMENTATION,
         seed: int = 0,
         predict_split: str = "val",
     ) -> None:
@@ -45,7 +64,7 @@ class DigitsDataModule(ImageDataModule):
         self._in_chans = in_chans
         self.val_fraction = val_fraction
         self.split_seed = split_seed
-        self.augment = augment
+        self.augmentation = augmentation
 
     @property
     def num_classes(self) -> int:
@@ -55,11 +74,23 @@ class DigitsDataModule(ImageDataModule):
     def in_chans(self) -> int:
         return self._in_chans
 
+    def _train_transform(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        if self.augmentation is None:
+            return None
+        channels = self._in_chans
+        augment = train_transform(
+            self.augmentation,
+            self.img_size,
+            mean=(DIGITS_MEAN,) * channels,
+            std=(DIGITS_STD,) * channels,
+            interpolation="bilinear",
+            fill=(0.0,) * channels,
+        )
+        return v2.Compose([_as_pil, augment])
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         train, val = load_digits_tensors(self.img_size, self._in_chans, self.val_fraction, self.split_seed)
-        if self.augment:
-            background = -DIGITS_MEAN / DIGITS_STD
-            self.train_transform = v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1), fill=background)
+        self.train_transform = self._train_transform()
         self.train_set, self.val_set = train, val

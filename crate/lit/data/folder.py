@@ -8,12 +8,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from timm.data import create_transform, resolve_data_config
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform, resolve_data_config
 from torchvision import datasets
 
+from .augmentation import Augmentation, train_transform
 from .base import DataError, ImageDataModule
 
-__all__ = ["DataError", "ImageFolderDataModule", "load_rgb_image"]
+__all__ = ["DataError", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
+
+LUMA = (0.299, 0.587, 0.114)  # PIL's weights of R, G, B in its conversion to gray
 
 IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
 
@@ -35,6 +38,10 @@ def _check_class_folders(split: Path) -> None:
         )
 
 
+GRAYSCALE_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+CHANNEL_SAMPLE = 8  # images per class folder and split whose mode decides the channel count
+
+
 def _to_8_bit(image: Image.Image) -> Image.Image:
     """16-bit (and 32-bit integer) grayscale scaled to 8 bits, instead of PIL's saturating conversion."""
     array = np.asarray(image, dtype=np.float64)
@@ -42,33 +49,75 @@ def _to_8_bit(image: Image.Image) -> Image.Image:
     return Image.fromarray(np.clip(array / full_scale * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
 
 
+def _unreadable(path: str, err: Exception) -> DataError:
+    return DataError(f"cannot read image {path} ({err}); replace or remove the file")
+
+
+class ImageLoader:
+    """Reads an image file as ``mode`` ("L" or "RGB"; palette, alpha and 16-bit converted, 16-bit scaled).
+
+    ``strict``: a colour image is an error instead of being turned gray (when one channel was decided from
+    a sample of the folder, not asked for). Errors are :class:`DataError` naming the file.
+    """
+
+    def __init__(self, mode: str = "RGB", strict: bool = False) -> None:
+        if mode not in ("L", "RGB"):
+            raise ValueError(f"mode must be 'L' or 'RGB', got {mode!r}")
+        self.mode = mode
+        self.strict = strict
+
+    def __call__(self, path: str) -> Image.Image:
+        try:
+            with Image.open(path) as image:
+                image.load()
+                if self.strict and self.mode == "L" and image.mode not in GRAYSCALE_MODES:
+                    raise DataError(
+                        f"{path} is a {image.mode} image, but the folder was read as grayscale from a sample "
+                        "of its images; pass --data.in_chans 3 (or 1 to convert colour images to gray)"
+                    )
+                if image.mode.startswith("I") or image.mode == "F":
+                    image = _to_8_bit(image)
+                return image.convert(self.mode)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+            if isinstance(err, DataError):
+                raise
+            raise _unreadable(path, err) from err
+
+
 def load_rgb_image(path: str) -> Image.Image:
-    """An image file as RGB (grayscale, palette and RGBA converted; 16-bit scaled), or a DataError that
-    names the file."""
-    try:
-        with Image.open(path) as image:
-            image.load()
-            if image.mode.startswith("I"):
-                image = _to_8_bit(image)
-            return image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise DataError(f"cannot read image {path} ({err}); replace or remove the file") from err
+    """An image file as RGB (see :class:`ImageLoader`)."""
+    return ImageLoader("RGB")(path)
+
+
+def _sampled_channels(root: Path, splits: list[str]) -> int:
+    """1 when the first images of every class folder are all grayscale, else 3 (headers only are read)."""
+    for split in splits:
+        for folder in sorted(p for p in (root / split).iterdir() if p.is_dir()):
+            files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+            for file in files[:CHANNEL_SAMPLE]:
+                try:
+                    with Image.open(file) as image:
+                        if image.mode not in GRAYSCALE_MODES:
+                            return 3
+                except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                    raise _unreadable(str(file), err) from err
+    return 1
 
 
 class ImageFolderDataModule(ImageDataModule):
     """Images from class folders, with timm's transforms resolved from the model's pretrained cfg.
 
-    Grayscale (and palette, RGBA; 16-bit scaled to 8) images are converted to RGB on load, so the model
-    sees 3 channels. Mean, std, interpolation and crop ratio come from the model being trained when the
-    DataModule is attached to a trainer, or from the model given to ``transforms_from`` (evaluation
-    outside a trainer), otherwise from ImageNet defaults; the size is always ``img_size``. ``root/test``
-    is the test split when it exists.
+    Channels: ``in_chans=None`` (default) gives one channel when the images sampled from every class folder
+    are grayscale (8- or 16-bit; 16-bit scaled to 8) and three otherwise; a colour image met later in a
+    folder judged grayscale is an error naming it, never silently turned gray. ``in_chans=3`` converts
+    everything to RGB (gray replicated), ``in_chans=1`` everything to gray. Mean, std, interpolation and
+    crop ratio come from the model being trained when the DataModule is attached to a trainer, or from the
+    model given to ``transforms_from`` (evaluation outside a trainer), otherwise from ImageNet defaults
+    (for one channel, their luma-weighted average); the size is always ``img_size``. ``root/test`` is the
+    test split when it exists.
 
-    Training augmentation is timm's (``create_transform``), with its settings in the config: ``scale`` and
-    ``ratio`` of the random-resized crop (default: timm's (0.08, 1) from 128 pixels up, (0.6, 1) below,
-    where an 8% crop leaves a few pixels), ``hflip`` (set 0 for data that is not mirror-symmetric, such
-    as digits or text), ``color_jitter`` (default 0.4 from 128 pixels up, off below), ``auto_augment``
-    (e.g. ``rand-m9-mstd0.5``, RandAugment) and ``re_prob`` (random erasing).
+    Training augmentation: :class:`Augmentation` (timm's settings; below 128 pixels the crop keeps
+    60-100% of the image and colour jitter is off unless set).
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -77,32 +126,17 @@ class ImageFolderDataModule(ImageDataModule):
         self,
         root: str,
         img_size: int = 224,
+        in_chans: int | None = None,
         batch_size: int = 64,
         num_workers: int = 4,
+        augmentation: Augmentation = Augmentation(),  # noqa: B008 - frozen, so one shared default is safe
         seed: int = 0,
         predict_split: str = "val",
-        scale: tuple[float, float] | None = None,
-        ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        hflip: float = 0.5,
-        color_jitter: float | None = None,
-        auto_augment: str | None = None,
-        re_prob: float = 0.0,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split)
-        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"scale must be (low, high) with 0 < low <= high <= 1, got {scale}")
-        if not 0 <= hflip <= 1 or not 0 <= re_prob <= 1:
-            raise ValueError(f"hflip and re_prob are probabilities, got {hflip} and {re_prob}")
-        # timm's ImageNet crop range (0.08, 1) keeps 8% of a 224-pixel image: 63 pixels a side; of a
-        # 32-pixel image it keeps 9 pixels, which destroys small images. Small images keep most of theirs.
-        self.augmentation = dict(
-            scale=tuple(scale) if scale is not None else ((0.08, 1.0) if img_size >= 128 else (0.6, 1.0)),
-            ratio=tuple(ratio),
-            hflip=hflip,
-            color_jitter=color_jitter if color_jitter is not None else (0.4 if img_size >= 128 else 0.0),
-            auto_augment=auto_augment,
-            re_prob=re_prob,
-        )
+        if in_chans not in (None, 1, 3):
+            raise ValueError(f"in_chans must be 1, 3 or None (decided from the images), got {in_chans}")
+        self.augmentation = augmentation
         self.root = Path(root)
         missing = [str(self.root / split) for split in ("train", "val") if not (self.root / split).is_dir()]
         if missing:
@@ -118,32 +152,46 @@ class ImageFolderDataModule(ImageDataModule):
             _check_class_folders(self.root / split)
             if unknown := sorted(set(_class_names(self.root / split)) - set(self.classes)):
                 raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
+        detected = in_chans is None
+        self._in_chans = in_chans if in_chans is not None else _sampled_channels(self.root, self.splits)
+        self.loader = ImageLoader("L" if self._in_chans == 1 else "RGB", strict=detected)
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @property
+    def in_chans(self) -> int:
+        return self._in_chans
 
     def _data_config(self) -> dict:
         model = self.transform_model
         if model is None and self.trainer is not None and self.trainer.lightning_module is not None:
             model = getattr(self.trainer.lightning_module, "model", None)
         config = resolve_data_config({}, model=model) if isinstance(model, torch.nn.Module) else {}
-        return dict(config, input_size=(3, self.img_size, self.img_size))
+        config = dict(config, input_size=(self._in_chans, self.img_size, self.img_size))
+        mean, std = config.get("mean", IMAGENET_DEFAULT_MEAN), config.get("std", IMAGENET_DEFAULT_STD)
+        if self._in_chans == 1 and len(mean) == 3:  # gray is PIL's luma of RGB: weigh the statistics alike
+            mean, std = (float(np.dot(LUMA, mean)),), (float(np.dot(LUMA, std)),)
+        return dict(config, mean=tuple(mean), std=tuple(std))
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         config = self._data_config()
-        class_index = {name: index for index, name in enumerate(self.classes)}
-        train = datasets.ImageFolder(
-            str(self.root / "train"),
-            transform=create_transform(**config, **self.augmentation, is_training=True),
-            loader=load_rgb_image,
+        augment = train_transform(
+            self.augmentation,
+            self.img_size,
+            mean=config["mean"],
+            std=config["std"],
+            interpolation=config.get("interpolation", "bilinear"),
         )
+        class_index = {name: index for index, name in enumerate(self.classes)}
+        train = datasets.ImageFolder(str(self.root / "train"), transform=augment, loader=self.loader)
         evaluated = []
         for split in self.splits[1:]:
             dataset = datasets.ImageFolder(
-                str(self.root / split), transform=create_transform(**config), loader=load_rgb_image
+                str(self.root / split), transform=create_transform(**config), loader=self.loader
             )
             dataset.class_to_idx = class_index  # indices of train/'s classes, even where a split lacks some
             dataset.samples = [(path, class_index[Path(path).parent.name]) for path, _ in dataset.samples]
