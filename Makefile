@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test test-fast lint clean checkpoints report
+.PHONY: setup train test test-fast lint clean checkpoints report bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,3 +51,8 @@ checkpoints: $(STAMP)
 report: $(STAMP)
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
 	  --compare vit_nano_patch4_32.digits -
+
+# Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager
+# and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).
+bench: $(STAMP)
+	$(PY) benchmarks/throughput.py

@@ -5,7 +5,7 @@ files at a given side and channel count (8x8 upsampled bilinearly; gray, or gray
 ``configs/crate_nano_imagefolder.yaml`` is trained on the folder once per augmentation setting:
 
     cd benchmarks && ../.venv/bin/python augmentation_recipes.py --sizes 32 --chans 1 \\
-        --settings imagenet,small,small_noflip,digits --epochs 30
+        --settings imagenet,small,small_noflip,digits,digits_affine,none --epochs 30
 
 Prints one line per (size, channels, setting): the seconds in ``trainer.fit`` and the final validation
 accuracy. Extra train.py arguments follow ``--``.
@@ -20,27 +20,29 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from timing import REPO, fit_seconds
 
 from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
-from timing import REPO, fit_seconds
 
 FOLDER_CONFIG = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
 
 # name -> augmentation settings given to train.py (--data.augmentation.KEY VALUE)
 SETTINGS: dict[str, dict[str, str]] = {
-    # timm's ImageNet training defaults, as the recipe had them before small-image defaults
+    # timm's ImageNet training defaults, as the recipe had them before the small-image defaults
     "imagenet": {"scale": "[0.08,1.0]", "hflip": "0.5", "color_jitter": "0.4"},
-    # the recipe's defaults below 128 pixels: crop keeps 60-100%, no colour jitter
+    # the recipe's defaults below 128 pixels: the crop keeps 60-100%, no colour jitter
     "small": {},
     "small_noflip": {"hflip": "0"},
-    # the digits recipe (DigitsDataModule's default): gentler crop, mostly geometric RandAugment
-    "digits": {"scale": "[0.7,1.0]", "ratio": "[0.8,1.25]", "hflip": "0", "auto_augment": "rand-m5-n2-tweights"},
-    "digits_erase": {
+    # the digits recipe: a gentler crop, no flips
+    "digits": {"scale": "[0.7,1.0]", "ratio": "[0.8,1.25]", "hflip": "0"},
+    # with small rotations, shifts and rescalings on top
+    "digits_affine": {
         "scale": "[0.7,1.0]",
         "ratio": "[0.8,1.25]",
         "hflip": "0",
-        "auto_augment": "rand-m5-n2-tweights",
-        "re_prob": "0.25",
+        "rotate": "10",
+        "translate": "0.1",
+        "zoom": "[0.9,1.1]",
     },
     "none": {"scale": "[1.0,1.0]", "ratio": "[1.0,1.0]", "hflip": "0"},
 }
@@ -62,7 +64,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="32", help="comma-separated sides of the written images")
     parser.add_argument("--chans", default="1", help="comma-separated channel counts of the written images")
-    parser.add_argument("--settings", default="imagenet,small,small_noflip,digits", help=f"of {sorted(SETTINGS)}")
+    parser.add_argument(
+        "--settings", default="imagenet,small,small_noflip,digits,digits_affine,none", help=f"of {sorted(SETTINGS)}"
+    )
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("extra", nargs="*", help="train.py arguments, after --")
     args = parser.parse_args()

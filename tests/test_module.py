@@ -116,3 +116,28 @@ def test_mixup_batches_train_on_soft_targets_and_odd_batches_on_hard_ones() -> N
     _fit(module, steps=3)
     assert calls["soft"] == 3  # batches of 8
     assert calls["hard"] >= 1  # validation uses the hard labels
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_and_checkpoints_with_plain_parameter_names(tmp_path: Path) -> None:
+    """``compile=True`` compiles in place: training runs through the compiled forward, the checkpoint's
+    keys are the eager model's (no ``_orig_mod.``), and timm loads it back into an eager model."""
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, compile=True)
+    _fit(module, steps=2, path=tmp_path / "compiled.ckpt")
+    assert module._compiled and module.model._compiled_call_impl is not None
+    saved = torch.load(tmp_path / "compiled.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert not any("_orig_mod" in key for key in saved)
+    assert set(saved) == {f"model.{key}" for key in module.model.state_dict()}
+    loaded = timm.create_model(
+        "crate_nano_patch4_32",
+        pretrained=True,
+        num_classes=10,
+        in_chans=1,
+        pretrained_cfg_overlay=dict(file=str(tmp_path / "compiled.ckpt")),
+    ).eval()
+    images = torch.randn(3, 1, 32, 32)
+    module.model.eval()
+    with torch.no_grad():
+        assert torch.allclose(loaded(images), module.model(images), atol=1e-5)  # compiled vs eager forward
+    with pytest.raises(ValueError, match="compile_mode"):
+        ImageClassifier("crate_nano_patch4_32", compile=True, compile_mode="fastest")

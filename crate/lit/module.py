@@ -30,6 +30,7 @@ from .factory import create_classifier
 __all__ = ["ImageClassifier"]
 
 _BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
+_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class ImageClassifier(L.LightningModule):
@@ -53,6 +54,11 @@ class ImageClassifier(L.LightningModule):
             the share of batches mixed.
         grad_checkpointing: recompute activations in the backward pass (less memory, more compute),
             for models with ``set_grad_checkpointing`` (all of the zoo and timm's transformers).
+        compile: compile the model's forward with ``torch.compile`` when training starts (the first steps
+            pay for it: tens of seconds on a CPU). The model is compiled in place (``nn.Module.compile``),
+            so checkpoints, timm and export see the plain module's parameter names; the moving average and
+            the coding-rate monitor run eagerly. compile_mode: ``torch.compile``'s ``mode``
+            (``default``, ``reduce-overhead``, ``max-autotune``, ...).
     """
 
     def __init__(
@@ -76,6 +82,8 @@ class ImageClassifier(L.LightningModule):
         cutmix_alpha: float = 0.0,
         mixup_prob: float = 1.0,
         grad_checkpointing: bool = False,
+        compile: bool = False,
+        compile_mode: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -89,6 +97,8 @@ class ImageClassifier(L.LightningModule):
         if drop_path_rate > 0:
             kwargs["drop_path_rate"] = drop_path_rate
         self.model = create_classifier(model_name, num_classes, in_chans, img_size, **kwargs)
+        if compile_mode is not None and compile_mode not in _COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {_COMPILE_MODES} or None, got {compile_mode!r}")
         if grad_checkpointing:
             if not hasattr(self.model, "set_grad_checkpointing"):
                 raise ValueError(f"{model_name} does not support gradient checkpointing")
@@ -111,6 +121,13 @@ class ImageClassifier(L.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def configure_model(self) -> None:
+        """Compile in place (once) when asked: the module keeps its parameter names, so its state dict, its
+        checkpoints and DDP/FSDP wrapping are those of the eager model."""
+        if self.hparams.compile and not getattr(self, "_compiled", False):
+            self.model.compile(mode=self.hparams.compile_mode)
+            self._compiled = True
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)

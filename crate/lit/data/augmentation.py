@@ -46,7 +46,7 @@ class Augmentation:
         vflip: probability of a vertical flip.
         rotate: a random rotation by up to this many degrees either way (0: none), after the crop.
         translate: a random shift by up to this fraction of the side (0: none), with the rotation.
-        zoom: a random rescaling by a factor in this range (e.g. (0.9, 1.1); ``None``: none), with the
+        zoom: a random rescaling by a factor in this range (e.g. (0.9, 1.1); (1, 1): none), with the
             rotation; unlike the crop it can zoom out. The three are torchvision's ``RandomAffine``.
         color_jitter: brightness/contrast/saturation jitter; ``None``: 0.4 from 128 pixels up, 0 below.
             timm turns it off when ``auto_augment`` is set.
@@ -62,7 +62,7 @@ class Augmentation:
     vflip: float = 0.0
     rotate: float = 0.0
     translate: float = 0.0
-    zoom: tuple[float, float] | None = None
+    zoom: tuple[float, float] = (1.0, 1.0)
     color_jitter: float | None = None
     auto_augment: str | None = None
     re_prob: float = 0.0
@@ -79,10 +79,9 @@ class Augmentation:
             raise ValueError(f"padding must be >= 0, got {self.padding}")
         if self.padding and self.scale is not None:
             raise ValueError("padding (padded crop) and scale (random-resized crop) exclude each other; set one")
-        if self.zoom is not None:
-            object.__setattr__(self, "zoom", tuple(self.zoom))
-            if len(self.zoom) != 2 or not 0 < self.zoom[0] <= self.zoom[1]:
-                raise ValueError(f"zoom must be (low, high) with 0 < low <= high, got {self.zoom}")
+        object.__setattr__(self, "zoom", tuple(self.zoom))
+        if len(self.zoom) != 2 or not 0 < self.zoom[0] <= self.zoom[1]:
+            raise ValueError(f"zoom must be (low, high) with 0 < low <= high, got {self.zoom}")
         if not 0 <= self.rotate <= 180:
             raise ValueError(f"rotate must lie in [0, 180] degrees, got {self.rotate}")
         for name in ("hflip", "vflip", "re_prob", "translate"):
@@ -152,13 +151,13 @@ def train_transform(
             transforms.Resize((img_size, img_size), interpolation=str_to_interp_mode(interpolation)),
             transforms.RandomCrop(img_size, padding=augmentation.padding, fill=pixel_fill),
         ]
-    if augmentation.rotate or augmentation.translate or augmentation.zoom is not None:
+    if augmentation.rotate or augmentation.translate or augmentation.zoom != (1.0, 1.0):
         shift = (augmentation.translate, augmentation.translate) if augmentation.translate else None
         steps.append(
             transforms.RandomAffine(
                 augmentation.rotate,
                 translate=shift,
-                scale=augmentation.zoom,
+                scale=augmentation.zoom if augmentation.zoom != (1.0, 1.0) else None,
                 interpolation=str_to_interp_mode(interpolation),
                 fill=pixel_fill,
             )

@@ -1,0 +1,275 @@
+"""Training-step and inference throughput of the zoo against a literal reference of the official layout.
+
+    make bench        # .venv/bin/python benchmarks/throughput.py
+    .venv/bin/python benchmarks/throughput.py --models crate_tiny_patch16_224 --dtypes bf16 --modes compiled
+
+The reference is the independent re-implementation of the official CRATE (and CRATE-alpha) code in
+``tests/official_layouts.py``: explicit softmax attention (einsum, softmax, einsum), the three-matmul ISTA
+step, the same weights (the zoo model is loaded from the reference's state dict through the zoo's
+checkpoint conversion, and the logits are checked equal before anything is timed). The ViT twin has no
+official CRATE layout of its own; it is timed against the official CRATE of the same size, so its ratio
+says what CRATE's layout costs against a ViT.
+
+For every (model, dtype, mode) the zoo model and its reference run interleaved, ``--repeats`` times
+``--steps`` steps each; the figures are medians. A training step is forward, cross-entropy, backward and
+an AdamW step; inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
+(weights and optimizer in float32). Compiled means ``torch.compile`` of both models (compilation is done
+in warm-up steps, not timed).
+
+Model FLOPs utilisation (MFU): the FLOPs of one training step counted by ``torch.utils.flop_counter``
+(forward and backward matmuls; the optimizer is not counted), per second, over the matmul peak of the
+same dtype measured in the same run (a square matmul of ``--peak-size``). Memory: on CUDA the peak
+allocated; on CPU the bytes of the activations saved for the backward pass (what grows with batch and
+depth), counted by a saved-tensors hook.
+
+Writes ``benchmarks/results/latest.json`` (or ``--out``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from official_layouts import OfficialCRATE, OfficialCrateAlpha  # noqa: E402
+
+import crate  # noqa: E402,F401  (registers the zoo)
+from crate.models.convert import checkpoint_filter_fn  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A zoo model, its reference, and the input it is timed on."""
+
+    name: str
+    classes: int
+    img: int
+    batch: int
+    reference: Callable[[], nn.Module]
+    same_model: bool  # the reference computes the same function (logits checked equal)
+
+
+def _official_crate(img: int, patch: int, classes: int, dim: int, depth: int, heads: int) -> Callable[[], nn.Module]:
+    return lambda: OfficialCRATE(image=img, patch=patch, classes=classes, dim=dim, depth=depth, heads=heads)
+
+
+CASES = {
+    "crate_tiny_patch16_224": Case(
+        "crate_tiny_patch16_224", 1000, 224, 16, _official_crate(224, 16, 1000, 384, 12, 6), True
+    ),
+    "crate_nano_patch4_32": Case("crate_nano_patch4_32", 10, 32, 64, _official_crate(32, 4, 10, 96, 4, 4), True),
+    "crate_alpha_nano_patch4_32": Case(
+        "crate_alpha_nano_patch4_32",
+        10,
+        32,
+        64,
+        lambda: OfficialCrateAlpha(image=32, patch=4, classes=10, dim=96, depth=4, heads=4),
+        True,
+    ),
+    "vit_nano_patch4_32": Case("vit_nano_patch4_32", 10, 32, 64, _official_crate(32, 4, 10, 96, 4, 4), False),
+}
+
+
+def _build(case: Case, device: torch.device) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    reference = case.reference().to(device)
+    model = timm.create_model(case.name, num_classes=case.classes).to(device)
+    if case.same_model:
+        model.load_state_dict(checkpoint_filter_fn(reference.state_dict(), model))
+        x = torch.randn(2, 3, case.img, case.img, device=device)
+        model.eval(), reference.eval()
+        with torch.no_grad():
+            difference = (model(x) - reference(x)).abs().max().item()
+        if difference > 1e-3:
+            raise RuntimeError(f"{case.name}: zoo and reference logits differ by {difference:.2e}; not timing")
+    return model, reference
+
+
+def _autocast(device: torch.device, dtype: str) -> torch.autocast:
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Runner:
+    """One model's training step or inference pass, ready to be timed."""
+
+    def __init__(self, model: nn.Module, case: Case, device: torch.device, dtype: str, train: bool, compiled: bool):
+        self.model, self.device, self.dtype, self.train = model.train(train), device, dtype, train
+        self.step_model = torch.compile(model) if compiled else model
+        generator = torch.Generator(device="cpu").manual_seed(1)
+        self.x = torch.randn(case.batch, 3, case.img, case.img, generator=generator).to(device)
+        self.y = torch.randint(0, case.classes, (case.batch,), generator=generator).to(device)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if train else None
+
+    def step(self) -> None:
+        if self.train:
+            with _autocast(self.device, self.dtype):
+                loss = F.cross_entropy(self.step_model(self.x), self.y)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            with torch.no_grad(), _autocast(self.device, self.dtype):
+                self.step_model(self.x)
+
+    def time(self, steps: int) -> float:
+        _sync(self.device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        _sync(self.device)
+        return (time.perf_counter() - start) / steps
+
+
+def _train_flops(model: nn.Module, case: Case, device: torch.device) -> int:
+    x = torch.randn(case.batch, 3, case.img, case.img, device=device)
+    y = torch.randint(0, case.classes, (case.batch,), device=device)
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def _memory_bytes(runner: Runner) -> int:
+    """Peak allocated (CUDA) or bytes saved for backward (CPU) in one training forward."""
+    if runner.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        runner.step()
+        return torch.cuda.max_memory_allocated()
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), _autocast(runner.device, runner.dtype):
+        F.cross_entropy(runner.model(runner.x), runner.y).backward()
+    runner.model.zero_grad(set_to_none=True)
+    return sum(seen.values())
+
+
+def matmul_peak(device: torch.device, dtype: str, size: int, repeats: int) -> float:
+    """FLOP/s of a square matmul of ``size`` in ``dtype`` (median of ``repeats`` timings)."""
+    a = torch.randn(size, size, device=device, dtype=DTYPES[dtype])
+    b = torch.randn(size, size, device=device, dtype=DTYPES[dtype])
+    times = []
+    for _ in range(repeats + 1):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times[1:])
+
+
+def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps: int, repeats: int, peak: float):
+    model, reference = _build(case, device)
+    flops = _train_flops(model, case, device)
+    row: dict[str, Any] = {"model": case.name, "dtype": dtype, "mode": "compiled" if compiled else "eager"}
+    row["batch"] = case.batch
+    row["reference"] = "official layout" if case.same_model else "official CRATE of the same size"
+    for phase, train in (("train", True), ("infer", False)):
+        ours = Runner(model, case, device, dtype, train, compiled)
+        theirs = Runner(reference, case, device, dtype, train, compiled)
+        for runner in (ours, theirs):  # warm-up (compilation happens here)
+            runner.time(2)
+        times: dict[str, list[float]] = {"ours": [], "reference": []}
+        for _ in range(repeats):
+            times["ours"].append(ours.time(steps))
+            times["reference"].append(theirs.time(steps))
+        ours_s, theirs_s = statistics.median(times["ours"]), statistics.median(times["reference"])
+        row[f"{phase}_img_s"] = case.batch / ours_s
+        row[f"{phase}_reference_img_s"] = case.batch / theirs_s
+        row[f"{phase}_ratio"] = theirs_s / ours_s
+        if train:
+            row["train_mfu"] = flops / ours_s / peak
+            row["train_reference_mfu"] = flops / theirs_s / peak if case.same_model else None
+            row["train_gflop_per_step"] = flops / 1e9
+            row["memory_mib"] = _memory_bytes(ours) / 2**20
+            row["reference_memory_mib"] = _memory_bytes(theirs) / 2**20
+    return row
+
+
+def _table(rows: list[dict[str, Any]], peaks: dict[str, float]) -> str:
+    lines = [
+        "| model | dtype | mode | train img/s (ref) | train ratio | MFU | infer img/s (ref) | infer ratio | "
+        "memory MiB (ref) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        train = f"{r['train_img_s']:.1f} ({r['train_reference_img_s']:.1f})"
+        infer = f"{r['infer_img_s']:.1f} ({r['infer_reference_img_s']:.1f})"
+        lines.append(
+            f"| {r['model']} | {r['dtype']} | {r['mode']} | {train} | {r['train_ratio']:.2f}x | {r['train_mfu']:.0%} | "
+            f"{infer} | {r['infer_ratio']:.2f}x | {r['memory_mib']:.0f} ({r['reference_memory_mib']:.0f}) |"
+        )
+    peak_line = ", ".join(f"{dtype} {value / 1e9:.0f} GFLOP/s" for dtype, value in peaks.items())
+    return "\n".join(lines) + f"\n\nmatmul peak measured in this run: {peak_line}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {list(CASES)}")
+    parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--modes", default="eager,compiled")
+    parser.add_argument("--steps", type=int, default=3, help="steps per timing")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved timings per model; medians")
+    parser.add_argument("--peak-size", type=int, default=2048)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latest.json"))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    dtypes, modes = args.dtypes.split(","), args.modes.split(",")
+    peaks = {dtype: matmul_peak(device, dtype, args.peak_size, 5) for dtype in dtypes}
+    rows = []
+    for name in args.models.split(","):
+        if name not in CASES:
+            parser.error(f"unknown model {name!r}; choose from {list(CASES)}")
+        for dtype in dtypes:
+            for mode in modes:
+                row = measure(CASES[name], device, dtype, mode == "compiled", args.steps, args.repeats, peaks[dtype])
+                rows.append(row)
+                print(_table([row], peaks).splitlines()[2], flush=True)
+    table = _table(rows, peaks)
+    print(table)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    result = {
+        "device": device_name,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "matmul_peak_flop_s": peaks,
+        "rows": rows,
+        "command": " ".join(sys.argv),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
