@@ -33,6 +33,13 @@ def _fit(module: ImageClassifier, steps: int, callbacks: list | None = None, pat
     return trainer
 
 
+def _load_through_timm(path: Path) -> torch.nn.Module:
+    overlay = dict(file=str(path))
+    return timm.create_model(
+        "crate_nano_patch4_32", pretrained=True, num_classes=10, in_chans=1, pretrained_cfg_overlay=overlay
+    )
+
+
 class _RecordLR(Callback):
     def __init__(self) -> None:
         self.lrs: list[float] = []
@@ -91,13 +98,7 @@ def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> No
     assert not any(p.requires_grad for p in module.model_ema.parameters())  # never optimised (DDP-safe)
     ema, live = module.model_ema.module.state_dict(), module.model.state_dict()
     assert any(not torch.equal(ema[k], live[k]) for k in ema)  # the average is not the live weights
-    loaded = timm.create_model(
-        "crate_nano_patch4_32",
-        pretrained=True,
-        num_classes=10,
-        in_chans=1,
-        pretrained_cfg_overlay=dict(file=str(tmp_path / "ema.ckpt")),
-    )
+    loaded = _load_through_timm(tmp_path / "ema.ckpt")
     for key, value in loaded.state_dict().items():
         assert torch.equal(value, ema[key]), key
 
@@ -128,13 +129,7 @@ def test_compiled_model_trains_and_checkpoints_with_plain_parameter_names(tmp_pa
     saved = torch.load(tmp_path / "compiled.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     assert not any("_orig_mod" in key for key in saved)
     assert set(saved) == {f"model.{key}" for key in module.model.state_dict()}
-    loaded = timm.create_model(
-        "crate_nano_patch4_32",
-        pretrained=True,
-        num_classes=10,
-        in_chans=1,
-        pretrained_cfg_overlay=dict(file=str(tmp_path / "compiled.ckpt")),
-    ).eval()
+    loaded = _load_through_timm(tmp_path / "compiled.ckpt").eval()
     images = torch.randn(3, 1, 32, 32)
     module.model.eval()
     with torch.no_grad():

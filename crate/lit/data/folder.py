@@ -75,7 +75,7 @@ class ImageLoader:
                         f"{path} is a {image.mode} image, but the folder was read as grayscale from a sample "
                         "of its images; pass --data.in_chans 3 (or 1 to convert colour images to gray)"
                     )
-                if image.mode.startswith("I") or image.mode == "F":
+                if image.mode.startswith("I"):
                     image = _to_8_bit(image)
                 return image.convert(self.mode)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
