@@ -48,7 +48,7 @@ checkpoints: $(STAMP)
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
 
-# The interpretability report of the default job's checkpoint against its ViT twin (docs/interpret/).
+# The interpretability report of the shipped crate_nano_patch4_32.digits against its ViT twin (docs/interpret/).
 report: $(STAMP)
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
 	  --compare vit_nano_patch4_32.digits -

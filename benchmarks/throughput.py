@@ -14,7 +14,7 @@ For every (model, dtype, mode) the zoo model and its reference run interleaved, 
 ``--steps`` steps each; the figures are medians. A training step is forward, cross-entropy, backward and
 an AdamW step; inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
 (weights and optimizer in float32). Compiled means ``torch.compile`` of both models (compilation is done
-in warm-up steps, not timed).
+in warm-up steps, not timed; dynamo's caches are reset for every case).
 
 Model FLOPs utilisation (MFU): the FLOPs of one training step counted by ``torch.utils.flop_counter``
 (forward and backward matmuls; the optimizer is not counted), per second, over the matmul peak of the
@@ -187,6 +187,9 @@ def matmul_peak(device: torch.device, dtype: str, size: int, repeats: int) -> fl
 
 
 def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps: int, repeats: int, peak: float):
+    # Compiled code is cached per Python function, and models of one family share theirs: without a reset,
+    # later cases hit dynamo's recompile limit and silently run eagerly.
+    torch._dynamo.reset()
     model, reference = _build(case, device)
     flops = _train_flops(model, case, device)
     row: dict[str, Any] = {"model": case.name, "dtype": dtype, "mode": "compiled" if compiled else "eager"}
