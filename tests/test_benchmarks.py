@@ -36,7 +36,7 @@ def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
 def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> None:
     out = tmp_path / "latest.json"
     args = ["--models", "crate_nano_patch4_32", "--dtypes", "fp32,bf16", "--modes", "eager", "--steps", "1"]
-    args += ["--repeats", "1", "--peak-size", "512", "--out", str(out)]
+    args += ["--repeats", "1", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "throughput.py"), *args], capture_output=True, text=True, timeout=600
     )
@@ -45,7 +45,7 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
     assert [row["dtype"] for row in result["rows"]] == ["fp32", "bf16"]
     for row in result["rows"]:
         assert row["train_ratio"] == pytest.approx(row["train_img_s"] / row["train_reference_img_s"])
-        assert 0 < row["train_mfu"] < 2 and row["memory_mib"] > 0
+        assert 0 < row["train_mfu"] < 1.5 and row["memory_mib"] > 0  # a share of the measured matmul peak
         # the counted FLOPs of a training step: at least 3x the forward matmuls of the patch embedding
         assert row["train_gflop_per_step"] > 3 * 2 * 64 * 64 * 16 * 96 / 1e9
     assert "| crate_nano_patch4_32 | bf16 | eager |" in proc.stdout

@@ -96,3 +96,19 @@ def test_attention_core_uses_bf16_matmuls_under_cpu_autocast() -> None:
     # SDPA is not autocast on CPU and would return float32; the explicit bf16 path returns bfloat16.
     assert low.dtype == torch.bfloat16
     assert (low.float() - reference).abs().max().item() <= 0.1
+
+
+def test_ista_runs_whole_in_bf16_under_cpu_autocast_and_trains_the_fp32_dictionary() -> None:
+    torch.manual_seed(4)
+    layer = ISTA(64)
+    x = torch.randn(2, 33, 64)
+    literal = torch.stack([ista_literal(x[b].T.double(), layer.weight.double(), 0.1, 0.1).T for b in range(2)])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = layer(x)
+    assert low.dtype == torch.bfloat16  # no float32 passes left in the step
+    scale = literal.abs().max().item()
+    assert (low.double() - literal).abs().max().item() <= 0.02 * scale  # bf16 rounding, not another formula
+    low.float().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.dtype == torch.float32
+    outside = layer(x)  # autocast off again: the float32 step
+    assert outside.dtype == torch.float32 and (outside.double() - literal).abs().max().item() <= 1e-5

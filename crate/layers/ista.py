@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 __all__ = ["ISTA"]
 
@@ -20,6 +21,12 @@ class ISTA(nn.Module):
     D is stored as ``weight`` (d x d). In row form, with tokens as rows, D^T (z - D z) is
     (z - z D^T) D: two matmuls instead of the three of D^T z - D^T D z.
     The CRATE block applies it without a residual: Z^{l+1} = ISTA(LN(Z^{l+1/2})).
+
+    Under CPU autocast (bf16) the whole step runs in the autocast dtype, input and output included. Left to
+    autocast, only the matmuls would: the subtraction, the update and the ReLU would mix a float32 input
+    with bfloat16 matmul outputs, and those mixed elementwise passes cost more than the matmuls saved
+    (about a fifth of CRATE-T's bf16 training step; ``benchmarks/throughput.py``). With no residual
+    around ISTA, its output in bfloat16 is what any autocast layer's output is.
     """
 
     def __init__(self, dim: int, step_size: float = 0.1, lambd: float = 0.1) -> None:
@@ -37,10 +44,18 @@ class ISTA(nn.Module):
         """The dictionary D (d x d)."""
         return self.weight
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        residual = x - F.linear(x, self.weight)  # z - D z, row form
-        grad = torch.matmul(residual, self.weight)  # D^T (z - D z), row form
+    def _step(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        residual = x - F.linear(x, weight)  # z - D z, row form
+        grad = torch.matmul(residual, weight)  # D^T (z - D z), row form
         return F.relu(x + self.step_size * grad - self.step_size * self.lambd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # TorchScript skips this block; FX tracing takes the plain step
+            if not is_fx_symbolic_tracing() and x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+                dtype = torch.get_autocast_dtype("cpu")
+                with torch.autocast("cpu", enabled=False):
+                    return self._step(x.to(dtype), self.weight.to(dtype))
+        return self._step(x, self.weight)
 
     def extra_repr(self) -> str:
         return f"dim={self.weight.shape[0]}, step_size={self.step_size}, lambd={self.lambd}"
