@@ -33,7 +33,9 @@ def subspace_attention(w: torch.Tensor, scale: float, dropout_p: float = 0.0) ->
     """
     if not torch.jit.is_scripting():  # TorchScript skips this block; FX tracing takes SDPA
         if not is_fx_symbolic_tracing() and _prefers_explicit_matmuls(w):
-            attn = torch.matmul(w, w.transpose(-2, -1)) * scale
+            # the scale goes on w (N x p per head), not on the N x N scores: a third of the elements at
+            # CRATE-T's N = 197, p = 64, in the forward and the backward pass
+            attn = torch.matmul(w * scale, w.transpose(-2, -1))
             attn = attn.softmax(dim=-1)
             if dropout_p > 0.0:
                 attn = F.dropout(attn, p=dropout_p)
