@@ -260,3 +260,17 @@ def test_seeded_samples_reproduce_python_numpy_and_torch_draws_and_leave_global_
     assert torch.equal(batch[0][0], batch[2][0]) and not torch.equal(batch[0][0], batch[1][0])
     assert torch.equal(dataset[(1, 12)][0], batch[1][0])  # one sample alone draws what it drew in a batch
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == before  # globals untouched
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_digits_images_reach_timm_s_augmentation_as_their_own_8_bit_pixels(in_chans: int) -> None:
+    from crate.lit.data.digits import _as_pil
+
+    data = DigitsDataModule(in_chans=in_chans, augmentation=None)
+    data.setup("fit")
+    image = data.train_set.images[5]
+    picture = _as_pil(image)
+    assert picture.mode == ("L" if in_chans == 1 else "RGB") and picture.size == (32, 32)
+    pixels = np.asarray(picture, dtype=np.float64).reshape(32, 32, in_chans).transpose(2, 0, 1) / 255
+    expected = image.double().numpy() * 0.5 + 0.5  # the digits' normalisation undone
+    assert np.abs(pixels - expected).max() <= 0.5 / 255 + 1e-9

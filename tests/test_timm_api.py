@@ -28,6 +28,12 @@ def _build(name: str, **kwargs) -> torch.nn.Module:
     return timm.create_model(name, img_size=_small_size(name), **kwargs)
 
 
+def _model_and_input(name: str, **kwargs) -> tuple[torch.nn.Module, torch.Tensor]:
+    """``_build(name, **kwargs)`` in eval mode and a batch of two images of its size."""
+    size = _small_size(name)
+    return _build(name, **kwargs).eval(), torch.randn(2, 3, size, size)
+
+
 def test_the_zoo_is_complete() -> None:
     alpha = {
         "crate_alpha_small_patch16_224",
@@ -73,9 +79,8 @@ def test_forward_backward_and_default_cfg(name: str) -> None:
 
 @pytest.mark.parametrize("name", ZOO)
 def test_forward_intermediates_and_features_only(name: str) -> None:
-    size = _small_size(name)
-    model = _build(name, num_classes=0).eval()
-    x = torch.randn(2, 3, size, size)
+    model, x = _model_and_input(name, num_classes=0)
+    size = x.shape[-1]
     with torch.no_grad():
         final, intermediates = model.forward_intermediates(x)
         torch.testing.assert_close(final, model.forward_features(x))
@@ -98,9 +103,7 @@ def test_forward_intermediates_and_features_only(name: str) -> None:
 
 @pytest.mark.parametrize("name", ZOO)
 def test_gradient_checkpointing_gives_the_same_outputs(name: str) -> None:
-    size = _small_size(name)
-    model = _build(name, num_classes=3).eval()
-    x = torch.randn(2, 3, size, size)
+    model, x = _model_and_input(name, num_classes=3)
     reference = model(x)
     model.set_grad_checkpointing(True)
     checkpointed = model(x)
@@ -128,9 +131,8 @@ def test_timm_data_config_and_layer_decay_optimizer(name: str) -> None:
 def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
     from timm.models._features_fx import create_feature_extractor, get_graph_node_names
 
-    size = _small_size(name)
-    model = _build(name, num_classes=5).eval()
-    x = torch.randn(2, 3, size, size)
+    model, x = _model_and_input(name, num_classes=5)
+    size = x.shape[-1]
     with torch.no_grad():
         expected = model(x)
         scripted = torch.jit.script(model)

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from .precision import cpu_autocast_dtype
+
 __all__ = ["ISTA"]
 
 
@@ -51,8 +53,8 @@ class ISTA(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():  # TorchScript skips this block; FX tracing takes the plain step
-            if not is_fx_symbolic_tracing() and x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-                dtype = torch.get_autocast_dtype("cpu")
+            dtype = None if is_fx_symbolic_tracing() else cpu_autocast_dtype(x)
+            if dtype is not None:
                 with torch.autocast("cpu", enabled=False):
                     return self._step(x.to(dtype), self.weight.to(dtype))
         return self._step(x, self.weight)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from .precision import cpu_autocast_dtype
 from .trace import AttentionTrace
 
 __all__ = ["MSSA", "subspace_attention"]
@@ -20,9 +21,7 @@ def _prefers_explicit_matmuls(w: torch.Tensor) -> bool:
     """
     if w.device.type != "cpu":
         return False
-    if w.dtype == torch.bfloat16:
-        return True
-    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return w.dtype == torch.bfloat16 or cpu_autocast_dtype(w) == torch.bfloat16
 
 
 def subspace_attention(w: torch.Tensor, scale: float, dropout_p: float = 0.0) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 The settings are the arguments of timm's ``create_transform`` (crop scale and ratio, flips, colour
 jitter, RandAugment / AutoAugment, random erasing) and the transform is built from timm's own pieces.
-Two things are added for small images:
+Three things are added, for small and centred images:
 
 - **size-dependent defaults.** timm's ImageNet crop keeps 8-100% of the image area: 8% of a 224-pixel
   image is a 63-pixel square, of a 32-pixel image a 9-pixel one, which leaves little of a small image.
@@ -16,8 +16,8 @@ Two things are added for small images:
   crop, so it cannot be combined with ``scale``.
 
 ``fill`` is the colour that geometric augmentations (rotation, shear and translation in RandAugment,
-the padded crop's border, the affine step) bring in: the data's mean colour by default (timm's choice), the background
-where the data has one (digits are white strokes on black).
+the padded crop's border, the affine step) bring in: the data's mean colour by default (timm's choice),
+the background where the data has one (digits are white strokes on black).
 """
 
 from __future__ import annotations

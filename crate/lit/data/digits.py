@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from PIL import Image
 from torchvision.transforms import v2
@@ -23,9 +24,10 @@ DIGITS_AUGMENTATION = Augmentation(scale=(0.7, 1.0), ratio=(0.8, 1.25), hflip=0.
 
 
 def _as_pil(image: torch.Tensor) -> Image.Image:
-    """A normalised digits tensor back to an 8-bit PIL image (the form timm's augmentations take)."""
-    pixels = (image * DIGITS_STD + DIGITS_MEAN).clamp(0, 1).mul(255).round().to(torch.uint8)
-    return v2.functional.to_pil_image(pixels)
+    """A normalised digits tensor (C, H, W) back to an 8-bit PIL image (the form timm's augmentations
+    take); in NumPy, which costs half of the same steps as torch operations on a 16-pixel image."""
+    pixels = np.rint(np.clip(image.numpy() * DIGITS_STD + DIGITS_MEAN, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return Image.fromarray(pixels[0] if len(pixels) == 1 else np.ascontiguousarray(pixels.transpose(1, 2, 0)))
 
 
 class DigitsDataModule(ImageDataModule):
