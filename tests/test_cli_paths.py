@@ -121,6 +121,32 @@ def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
     assert "lrr" in proc.stderr and len(proc.stderr.strip().splitlines()) <= 6
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (["--data.augmentation.hflip", "2"], "hflip must lie in [0, 1], got 2.0"),
+        (["--data.augmentation.auto_augment", "randfoo"], "unknown auto_augment policy 'randfoo'"),
+        (["--data.in_chans", "2"], "in_chans must be 1 or 3 for digits, got 2"),
+        (["--model.ema_decay", "2"], "ema_decay must lie in (0, 1), got 2.0"),
+        ("empty class folder", "class folders without images"),
+    ],
+)
+def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, setting, message: str) -> None:
+    """A DataModule's refusal reaches the user as its own message, not jsonargparse's union dump."""
+    if setting == "empty class folder":
+        _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+        (tmp_path / "images" / "train" / "class_2").mkdir()
+        config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+        setting = ["--data.root", str(tmp_path / "images")]
+    else:
+        config = DEFAULT
+    proc = run_train("fit", "--config", config, *setting, "--log_root", str(tmp_path / "logs"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("*.ckpt"))
+
+
 def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
     _write_image_folder(tmp_path / "images", classes=2, per_class=2)
     (tmp_path / "images" / "train" / "class_2").mkdir()

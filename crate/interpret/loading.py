@@ -17,6 +17,7 @@ from jsonargparse import ArgumentError, ArgumentParser
 from sklearn.datasets import load_sample_images
 
 import crate.models  # noqa: F401  (registers the zoo)
+from crate.errors import innermost_refusal
 from crate.layers import patch_embed_in_chans
 from crate.models import CheckpointError, read_checkpoint
 
@@ -74,7 +75,10 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
         config = parser.parse_object({"data": {"class_path": class_path, "init_args": init_args}})
     except ArgumentError as err:
         raise ValueError(f"{class_name} does not take these settings: {err}") from err
-    return parser.instantiate_classes(config).data
+    try:
+        return parser.instantiate_classes(config).data
+    except ValueError as err:  # the DataModule's own refusal, not jsonargparse's wrapping of it
+        raise innermost_refusal(err) from err
 
 
 def model_in_chans(model: torch.nn.Module) -> int:

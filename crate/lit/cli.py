@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from crate.errors import innermost_refusal
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .csv_log import ContinuingCSVLogger
@@ -163,6 +164,17 @@ class CrateCLI(LightningCLI):
         if path is not None and Path(path).is_file():
             check_checkpoint_model(_check_readable(Path(path)), config["model"]["model_name"])
 
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; a value a constructor refuses is a one-line error (jsonargparse
+        reports a DataModule's refusal buried in its union errors: the constructor's own error is raised)."""
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            cause = innermost_refusal(err)
+            if isinstance(cause, (CheckpointError, DataError, FileNotFoundError)):
+                raise cause from err
+            raise ConfigError(str(cause)) from err
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
         if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
@@ -177,6 +189,10 @@ class CrateCLI(LightningCLI):
             kwargs["logger"] = run_loggers(log_root, run_name, version)
             CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
         return super().instantiate_trainer(**kwargs)
+
+
+class ConfigError(ValueError):
+    """A config value that a model, DataModule or trainer constructor refuses."""
 
 
 def _remove_if_empty(run_dir: Path | None) -> None:
@@ -212,7 +228,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> CrateCLI:
         sys.stderr.write(f"train.py: error: {' '.join(line.strip() for line in message[:3])}\n")
         sys.stderr.write("train.py: the accepted keys: python train.py fit --help (or --print_config)\n")
         raise SystemExit(2) from None
-    except (CheckpointError, FileNotFoundError, DataError) as err:
+    except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
         _remove_if_empty(CrateCLI.run_dir)
         if not run:
             raise

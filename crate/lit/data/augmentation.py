@@ -96,7 +96,7 @@ class Augmentation:
                 transforms_imagenet_train(img_size=32, auto_augment=self.auto_augment)
             except (AssertionError, ValueError, KeyError, IndexError) as err:
                 raise ValueError(
-                    f"unknown auto_augment policy {self.auto_augment!r} ({err or 'timm cannot parse it'}): use "
+                    f"unknown auto_augment policy {self.auto_augment!r} ({str(err) or 'timm cannot parse it'}): use "
                     "timm's strings, e.g. rand-m9-mstd0.5"
                 ) from err
 
