@@ -5,13 +5,19 @@ from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
 from .crate_alpha import CrateAlphaBlock
 from .vit import ViTTwin
+from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS  # noqa: I001  (after the families it varies)
+from .tost import ToST, ToSTBlock
 
 __all__ = [
     "CRATE",
+    "CRATE_VARIANTS",
     "Checkpoint",
     "CheckpointError",
     "CrateAlphaBlock",
     "CrateBlock",
+    "ToST",
+    "ToSTBlock",
+    "VIT_VARIANTS",
     "ViTTwin",
     "checkpoint_filter_fn",
     "read_checkpoint",

@@ -36,8 +36,8 @@ __all__ = ["CRATE", "CrateBlock"]
 class CrateBlock(nn.Module):
     """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA).
 
-    ``proj_bias`` and ``ista_layer`` let variants (CRATE-alpha) swap the output projection and the
-    sparse coding step while keeping the layout. ``drop_path`` (stochastic depth) drops the residual
+    ``proj_bias``, ``ista_layer`` and ``attn_layer`` let variants swap the output projection and the
+    sparse coding step (CRATE-alpha) or the attention (an MSSA with BN statistics) while keeping the layout. ``drop_path`` (stochastic depth) drops the residual
     branches of a training batch's samples: the MSSA update here (ISTA has no residual to drop), both
     updates in CRATE-alpha.
     """
@@ -55,10 +55,11 @@ class CrateBlock(nn.Module):
         proj_bias: bool = True,
         ista_layer: Callable[..., nn.Module] = ISTA,
         drop_path: float = 0.0,
+        attn_layer: Callable[..., nn.Module] = MSSA,
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
-        self.attn = MSSA(
+        self.attn = attn_layer(
             dim, num_heads, head_dim=head_dim, proj_bias=proj_bias, attn_drop=attn_drop, proj_drop=proj_drop
         )
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()

@@ -24,7 +24,7 @@ from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .shipped import digits_cfg
 
-__all__ = ["ViTTwin", "query_subspaces", "trace_vit_block"]
+__all__ = ["ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
 
 
 class TwinPatchEmbed(PatchEmbed):
@@ -60,7 +60,10 @@ def query_subspaces(attn: nn.Module) -> torch.Tensor:
 
 
 def _trace_attention(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, AttentionTrace]:
-    """timm's ``Attention.forward`` with explicit scores and maps (same output, same operations)."""
+    """timm's ``Attention.forward`` with explicit scores and maps (same output, same operations); an attention
+    of the zoo (kernel, primal-dual) records its own."""
+    if hasattr(attn, "forward_trace"):
+        return attn.forward_trace(x)
     if type(attn) is not Attention:
         raise TypeError(f"the ViT trace adapter reads timm's Attention, not {type(attn).__name__}")
     batch, tokens, _ = x.shape
@@ -96,7 +99,7 @@ def trace_vit_block(block: nn.Module, x: torch.Tensor, attention: bool = True) -
 register_trace_adapter(Block, trace_vit_block)
 
 
-def _create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:
+def create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:
     """As every zoo family: files read by ``crate.models.checkpoint``, the same ``num_classes`` rule, the
     zoo's filter (timm's ViT conversion inside it), clear errors."""
     return build_model_with_cfg(
@@ -123,11 +126,11 @@ default_cfgs = generate_default_cfgs(
 def vit_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
     """ViT twin of ``crate_nano_patch4_32`` (MLP ratio 4)."""
     args = dict(patch_size=4, mlp_ratio=4.0, **CPU_SIZES["nano"])
-    return _create_vit_twin("vit_nano_patch4_32", pretrained, **dict(args, **kwargs))
+    return create_vit_twin("vit_nano_patch4_32", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def vit_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
     """ViT twin of ``crate_micro_patch4_32`` (MLP ratio 4)."""
     args = dict(patch_size=4, mlp_ratio=4.0, **CPU_SIZES["micro"])
-    return _create_vit_twin("vit_micro_patch4_32", pretrained, **dict(args, **kwargs))
+    return create_vit_twin("vit_micro_patch4_32", pretrained, **dict(args, **kwargs))
