@@ -11,7 +11,11 @@ import torch
 import crate  # noqa: F401  (registers the zoo)
 from crate.lit.factory import create_classifier
 
-ZOO = sorted(set(timm.list_models("crate_*")) | {"vit_nano_patch4_32", "vit_micro_patch4_32"})
+ZOO = sorted(
+    set(timm.list_models("crate_*"))
+    | {"vit_nano_patch4_32", "vit_micro_patch4_32", "tost_nano_patch4_32", "tost_cab_tiny_12_p16"}
+    | set(timm.list_models("vit_nano_patch4_32_*"))
+)
 
 
 def test_zoo_is_registered() -> None:
@@ -56,7 +60,7 @@ def test_crate_alpha_sizes_match_the_paper(name: str, millions: float) -> None:
 @pytest.mark.parametrize("name", ZOO)
 def test_forward_backward_reaches_every_parameter(name: str) -> None:
     # Images two patches a side keep the ImageNet-size members fast on CPU.
-    size = 2 * int(re.search(r"patch(\d+)", name).group(1)) if name.endswith("_224") else 32
+    size = 32 if "_32" in name else 2 * int(re.search(r"(?:patch|_p)(\d+)", name).group(1))
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=7, in_chans=2, img_size=size)
     x = torch.randn(2, 2, size, size)
@@ -77,7 +81,7 @@ def test_global_pool_options(global_pool: str) -> None:
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 3)
 
 
-@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "vit_nano_patch4_32"])
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "vit_nano_patch4_32", "tost_nano_patch4_32"])
 def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
     model = timm.create_model(name, num_classes=10, in_chans=1)
     with pytest.raises(AssertionError, match=r"built for 32x32 images but got 28x28.*resize"):

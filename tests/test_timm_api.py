@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 import pytest
@@ -11,12 +12,16 @@ import torch
 
 import crate  # noqa: F401
 
-ZOO = sorted(set(timm.list_models("crate_*")) | set(timm.list_models("vit_nano_patch4_32")) | {"vit_micro_patch4_32"})
+VARIANTS = set(timm.list_models("vit_nano_patch4_32_*")) | set(timm.list_models("crate_nano_patch4_32_*"))
+# ToST: the CPU-scale member and one reference size per patch size (the other sizes share their code;
+# their parameter counts are checked in test_tost.py)
+TOST = {"tost_nano_patch4_32", "tost_cab_tiny_12_p16", "tost_cab_tiny_12_p8"}
+ZOO = sorted(set(timm.list_models("crate_*")) | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST)
 
 
 def _small_size(name: str) -> int:
     """Two patches a side for the ImageNet-size members (fast on CPU), the native 32 for the others."""
-    return 2 * int(re.search(r"patch(\d+)", name).group(1)) if name.endswith("_224") else 32
+    return 32 if "_32" in name else 2 * int(re.search(r"(?:patch|_p)(\d+)", name).group(1))
 
 
 def _build(name: str, **kwargs) -> torch.nn.Module:
@@ -45,7 +50,10 @@ def test_the_zoo_is_complete() -> None:
         "crate_alpha_nano_patch4_32",
         "crate_alpha_micro_patch4_32",
     }
-    assert alpha <= set(ZOO) and len(ZOO) == 17
+    variants = {f"vit_nano_patch4_32_{v}" for v in ("rbf", "poly2", "linear", "bn", "sh", "bnsh")}
+    variants |= {"crate_nano_patch4_32_bn", "crate_nano_patch4_32_sh"}
+    assert alpha | variants | TOST <= set(ZOO) and len(ZOO) == 28
+    assert len(timm.list_models("tost_*")) == 13
 
 
 @pytest.mark.parametrize("name", ZOO)
@@ -72,7 +80,9 @@ def test_forward_backward_and_default_cfg(name: str) -> None:
     model.reset_classifier(7, global_pool="avg")
     assert model(x).shape == (2, 7)
 
-    assert {"pos_embed", "cls_token"} <= set(model.no_weight_decay())
+    patterns = model.no_weight_decay()
+    embeddings = [n for n, _ in model.named_parameters() if n.startswith(("pos_embed", "cls_token"))]
+    assert embeddings and all(any(fnmatch.fnmatch(n, p) for p in patterns) for n in embeddings)
     groups = model.group_matcher()
     assert "stem" in groups and "blocks" in groups
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from timm.layers import Attention, _assert
+from timm.layers import Attention
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .trace import AttentionTrace
 
@@ -56,7 +57,9 @@ class HeadAttention(Attention):
         attn_mask: Optional[torch.Tensor] = None,  # noqa: UP045 (TorchScript)
         is_causal: bool = False,
     ) -> torch.Tensor:
-        _assert(attn_mask is None and not is_causal, "this attention takes no attention mask")
+        if not torch.jit.is_scripting():  # TorchScript skips this block
+            if not is_fx_symbolic_tracing() and (attn_mask is not None or is_causal):  # traced: a proxy
+                raise ValueError(f"{type(self).__name__} takes no attention mask")
         q, k, v = self._qkv(x)
         return self._finish(self._heads(q, k, v), x)
 

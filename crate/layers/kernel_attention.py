@@ -38,8 +38,6 @@ __all__ = [
 ]
 
 KERNELS = ("exp", "rbf", "poly2", "linear")
-NORMALISER_EPS = 1e-6
-_LOG_FLOOR = 1e-30  # log of a kernel value of exactly zero (poly2) stays finite in the trace's logits
 
 
 def _feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -47,10 +45,12 @@ def _feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
-def kernel_weights(q: torch.Tensor, k: torch.Tensor, kernel: str, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def kernel_weights(
+    q: torch.Tensor, k: torch.Tensor, kernel: str, scale: float, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(log kappa(q_i, k_j), A_ij): the log-kernel and the normalised weights, each (B, K, N, M).
 
-    softmax(log kappa) over the keys is A wherever the normaliser is not guarded.
+    softmax(log kappa) over the keys is A wherever the normaliser is above ``eps``.
     """
     if kernel == "exp":
         logits = torch.matmul(q * scale, k.transpose(-2, -1))
@@ -66,12 +66,18 @@ def kernel_weights(q: torch.Tensor, k: torch.Tensor, kernel: str, scale: float) 
         values = torch.matmul(_feature_map(q), _feature_map(k).transpose(-2, -1))
     else:
         raise ValueError("unknown kernel " + kernel + "; choose exp, rbf, poly2 or linear")
-    weights = values / values.sum(-1, keepdim=True).clamp_min(NORMALISER_EPS)
-    return torch.log(values.clamp_min(_LOG_FLOOR)), weights
+    weights = values / values.sum(-1, keepdim=True).clamp_min(eps)
+    return torch.log(values.clamp_min(1e-30)), weights  # a zero poly2 value keeps a finite log
 
 
 def kernel_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, scale: float, dropout_p: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kernel: str,
+    scale: float,
+    dropout_p: float = 0.0,
+    eps: float = 1e-6,
 ) -> torch.Tensor:
     """sum_j A_ij v_j for the kernel's weights A, by the fastest route for each kernel (B, K, N, p)."""
     if kernel == "exp":
@@ -85,8 +91,8 @@ def kernel_attention(
         features_q, features_k = _feature_map(q), _feature_map(k)
         context = torch.matmul(features_k.transpose(-2, -1), v)  # (B, K, p, p): O(N p^2)
         normaliser = torch.matmul(features_q, features_k.sum(dim=-2).unsqueeze(-1))  # (B, K, N, 1)
-        return torch.matmul(features_q, context) / normaliser.clamp_min(NORMALISER_EPS)
-    _, weights = kernel_weights(q, k, kernel, scale)
+        return torch.matmul(features_q, context) / normaliser.clamp_min(eps)
+    _, weights = kernel_weights(q, k, kernel, scale, eps)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return torch.matmul(weights, v)
