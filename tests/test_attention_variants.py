@@ -207,3 +207,51 @@ def test_tssa_matches_its_formula() -> None:
     with torch.no_grad():
         torch.testing.assert_close(layer(x), expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(layer.memberships(layer.project(x)), Pi.transpose(1, 2), atol=1e-6, rtol=1e-6)
+
+
+NEW_MODELS = [
+    "vit_nano_patch4_32_rbf",
+    "vit_nano_patch4_32_poly2",
+    "vit_nano_patch4_32_linear",
+    "vit_nano_patch4_32_bn",
+    "vit_nano_patch4_32_sh",
+    "vit_nano_patch4_32_bnsh",
+    "crate_nano_patch4_32_bn",
+    "crate_nano_patch4_32_sh",
+    "tost_nano_patch4_32",
+]
+
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_every_new_family_traces_what_it_computes_and_the_monitor_reads_it(name: str) -> None:
+    import timm
+
+    from crate.lit.rate_monitor import layer_rate_values
+    from crate.metrics import trace_model
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=10, in_chans=1).eval()
+    x = torch.randn(6, 1, 32, 32)
+    outputs = model.blocks[0].attn.to_out if name.startswith("tost") else model.blocks[0].attn.proj
+    seen: list[torch.Tensor] = []
+    hook = outputs.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    with torch.no_grad():
+        model.forward_features(x)
+    hook.remove()
+    traces = trace_model(model, x)
+    with torch.no_grad():
+        tokens = model._pos_embed(model.patch_embed(x)) if name.startswith("vit") else model._embed(x)
+        blocks_out = model.blocks(tokens)
+    torch.testing.assert_close(traces[-1].z_out, blocks_out, atol=1e-5, rtol=1e-5)
+    first = traces[0]
+    if name.startswith("tost"):  # TSSA forms no token-by-token map
+        assert first.attention is None and first.logits is None
+    else:
+        batch, heads, tokens, width = first.values.shape
+        torch.testing.assert_close(first.attention.sum(-1), torch.ones(batch, heads, tokens))
+        recombined = (first.attention @ first.values).transpose(1, 2).reshape(batch, tokens, heads * width)
+        torch.testing.assert_close(recombined, seen[0], atol=1e-5, rtol=1e-5)
+    values = layer_rate_values(model, x)
+    assert all(math.isfinite(values[f"rate/Rc_before_attention/layer_{layer}"]) for layer in range(len(traces)))
+    has_code = name.startswith("crate")
+    assert ("rate/sparsity_of_code/layer_0" in values) == has_code
