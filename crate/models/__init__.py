@@ -1,12 +1,12 @@
 """timm-registered architectures of the zoo, one family per file; importing registers them."""
 
+from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
 from .crate_alpha import CrateAlphaBlock
-from .vit import ViTTwin
-from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS  # noqa: I001  (after the families it varies)
 from .tost import ToST, ToSTBlock
+from .vit import ViTTwin
 
 __all__ = [
     "CRATE",

@@ -37,9 +37,9 @@ class CrateBlock(nn.Module):
     """One CRATE layer: Z_half = Z + MSSA(LN(Z)); Z_next = ISTA(LN(Z_half)) (no residual around ISTA).
 
     ``proj_bias``, ``ista_layer`` and ``attn_layer`` let variants swap the output projection and the
-    sparse coding step (CRATE-alpha) or the attention (an MSSA with BN statistics) while keeping the layout. ``drop_path`` (stochastic depth) drops the residual
-    branches of a training batch's samples: the MSSA update here (ISTA has no residual to drop), both
-    updates in CRATE-alpha.
+    sparse coding step (CRATE-alpha) or the attention (an MSSA with BN statistics) while keeping the
+    layout. ``drop_path`` (stochastic depth) drops the residual branches of a training batch's samples:
+    the MSSA update here (ISTA has no residual to drop), both updates in CRATE-alpha.
     """
 
     def __init__(
