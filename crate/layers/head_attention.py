@@ -69,4 +69,3 @@ class HeadAttention(Attention):
         q, k, v = self._qkv(x)
         logits, weights = self._weights(q, k)
         return self._finish(torch.matmul(self.attn_drop(weights), v), x), AttentionTrace(logits, weights, v)
-
