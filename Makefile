@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup train test test-fast lint clean checkpoints report bench
+.PHONY: setup train test test-fast lint clean checkpoints report bench zoo-table attention-scaling
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,3 +57,9 @@ report: $(STAMP)
 # and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py
+
+zoo-table: $(STAMP)
+	$(PY) benchmarks/zoo_table.py
+
+attention-scaling: $(STAMP)
+	$(PY) benchmarks/attention_scaling.py
