@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/zoo_table.py --epochs 5 --seeds 0 --members crate_nano_patch4_32 --out /tmp/t.md
 
 The recipe is the default job's (``configs/crate_nano_digits.yaml``: digits at 16 px, crop augmentation,
-AdamW, EMA of the weights) with ``--trainer.max_epochs`` set by ``--epochs`` and the model swapped. For
+AdamW, EMA of the weights) with the model's ``configs/zoo/<model>.yaml`` layered over it and
+``--trainer.max_epochs`` set by ``--epochs``. For
 each member and seed: the validation accuracy of the weights validation measured (the EMA), then, on 256
 validation images, from the model's own measurement trace: head redundancy (mean pairwise cosine of the
 heads' attention maps) and row entropy of the maps, averaged over layers and heads; the change of the
@@ -82,7 +83,8 @@ def measure(model: torch.nn.Module, images: torch.Tensor) -> dict[str, float | N
 def train_one(name: str, seed: int, epochs: int) -> dict[str, Any]:
     """One training run of the recipe; accuracy, time and the trace measurements of its evaluated weights."""
     with tempfile.TemporaryDirectory() as log_root:
-        args = ["--config", DEFAULT_CONFIG, "--model.model_name", name, "--trainer.max_epochs", str(epochs)]
+        zoo_config = REPO / "configs" / "zoo" / f"{name}.yaml"
+        args = ["--config", DEFAULT_CONFIG, "--config", str(zoo_config), "--trainer.max_epochs", str(epochs)]
         args += ["--seed_everything", str(seed), "--data.seed", str(seed), "--log_root", log_root]
         args += ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
         cli = cli_main(args, run=False)

@@ -200,3 +200,16 @@ def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) ->
     assert reported == pytest.approx(validated, abs=1e-6)
     images = load_data(config, load_model("crate_nano_patch4_32", ckpt), overrides={"root": str(tmp_path / "images")})
     assert images.val_images.min() >= -1 - 1e-6 and images.val_images.max() <= 1 + 1e-6  # mean 0.5, std 0.5
+
+
+@pytest.mark.parametrize("config", sorted((REPO / "configs" / "zoo").glob("*.yaml")), ids=lambda p: p.stem)
+def test_zoo_configs_layer_over_the_default_job_and_build_their_model(config: Path, tmp_path: Path) -> None:
+    from crate.lit import cli_main
+
+    cli = cli_main(["--config", DEFAULT, "--config", str(config), "--log_root", str(tmp_path)], run=False)
+    assert cli.model.hparams.model_name == config.stem
+    assert cli.model.model.pretrained_cfg["architecture"] == config.stem
+    assert cli.trainer.max_epochs == 150  # the rest is the default job's recipe
+    cli.datamodule.setup("fit")
+    images = next(iter(cli.datamodule.train_dataloader()))[0]
+    assert cli.model(images[:4]).shape == (4, 10)

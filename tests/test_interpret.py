@@ -302,3 +302,21 @@ def test_bad_or_mismatched_checkpoint_gets_a_clear_error(tmp_path: Path, capsys)
             main([*args, "--out", str(tmp_path / "out")])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err, args
+
+
+@pytest.mark.slow
+def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Path) -> None:
+    from crate.interpret.report import write_report
+
+    torch.manual_seed(0)
+    tost = timm.create_model("tost_nano_patch4_32", num_classes=10, in_chans=1).eval()
+    vit = timm.create_model("vit_nano_patch4_32_sh", num_classes=10, in_chans=1).eval()
+    data = load_data("digits", tost)
+    metrics = write_report({"tost": (tost, data), "vit_sh": (vit, data)}, tmp_path, images=2, probe_images=16)
+    assert all(layer is None for layer in metrics["tost"]["attention"])  # TSSA forms no token-by-token maps
+    assert metrics["tost"]["segmentation"] is None and metrics["tost"]["seeds"][0]["subsampling_error"] == []
+    assert all(math.isfinite(v) for v in metrics["tost"]["layerwise"]["official"]["Rc_before_attention"])
+    assert all(layer is not None for layer in metrics["vit_sh"]["attention"])
+    text = (tmp_path / "report.md").read_text()
+    assert "n/a (no attention maps)" in text
+    assert not list(tmp_path.glob("attention_*_0_tost.png")) and list(tmp_path.glob("attention_*_1_vit_sh.png"))

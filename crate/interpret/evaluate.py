@@ -80,14 +80,15 @@ def attention_lenses(trace: BlockTrace, top_k: int) -> dict[str, Any]:
 
 
 def seed_lenses(trace: BlockTrace, keys: tuple[int, ...] = SUBSAMPLED_KEYS) -> dict[str, Any]:
-    """Token dispersion at four points of the layer, and the head outputs' change under key subsampling."""
+    """Token dispersion at four points of the layer, and the head outputs' change under key subsampling
+    (none for an attention without token-by-token weights, such as ToST's TSSA)."""
     points = {
         "before_attention": trace.z_in,
         "attention_input": trace.attn_input,
         "after_attention": trace.z_half,
         "after_norm": trace.mlp_input,
     }
-    tokens = trace.logits.shape[-1]
+    tokens = 0 if trace.logits is None else trace.logits.shape[-1]
     return {
         "dispersion": {name: _mean(token_dispersion(Z)) for name, Z in points.items()},
         "relative_dispersion": {name: _mean(relative_dispersion(Z)) for name, Z in points.items()},
@@ -201,7 +202,8 @@ def evaluate_model(
         for tr, va in zip(train_features, val_features, strict=True)
     ]
     segmentation = None
-    if data.val_masks is not None:
+    has_maps = traces[0].attention is not None  # TSSA (ToST) forms no attention maps
+    if data.val_masks is not None and has_maps:
         segmentation = segmentation_scores(model, data.val_images, data.val_masks, mass=mass)
     return {
         "architecture": type(model).__name__,
@@ -212,7 +214,7 @@ def evaluate_model(
         "val_accuracy": float((logits.argmax(-1) == data.val_labels).float().mean()),
         "rate_settings": {"eps": eps, "lambda": lam, "images": len(images)},
         "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
-        "attention": [attention_lenses(trace, top_k) for trace in traces],
+        "attention": [attention_lenses(trace, top_k) if trace.attention is not None else None for trace in traces],
         "seeds": [seed_lenses(trace) for trace in traces],
         "top_k": top_k,
         "segmentation": segmentation,

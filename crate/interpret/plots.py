@@ -65,7 +65,7 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
 
 
 def _per_layer(result: dict[str, Any], key: str) -> list[float]:
-    return [np.mean(layer[key]) if layer[key] is not None else np.nan for layer in result["attention"]]
+    return [np.nan if layer is None or layer[key] is None else np.mean(layer[key]) for layer in result["attention"]]
 
 
 def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
@@ -85,8 +85,10 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
         for axis, key in zip(axes, keys, strict=True):
             values = _per_layer(result, key)
             axis.plot(_layers(values), values, marker=marker, label=label)
-    baseline = next(iter(results.values()))["attention"][0]["kernel_agreement_baseline"]
-    axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance p/(N-1) = {baseline:.2f}")
+    with_maps = [r["attention"][0] for r in results.values() if r["attention"][0] is not None]
+    if with_maps:
+        baseline = with_maps[0]["kernel_agreement_baseline"]
+        axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance p/(N-1) = {baseline:.2f}")
     for axis, title in zip(axes, titles, strict=True):
         axis.set(title=title, xlabel="layer l")
         axis.legend(fontsize=7)

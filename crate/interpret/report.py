@@ -29,7 +29,8 @@ __all__ = ["write_report"]
 def _pca_rgb(model: nn.Module, images: torch.Tensor) -> np.ndarray:
     """First three principal components of the last layer's patch tokens, scaled to [0, 1], on the grid."""
     last = trace_model(model, images, attention=False)[-1]
-    tokens = last.z_out[:, model.num_prefix_tokens :].to(torch.float64)
+    prefix = last.z_out.shape[1] - model.patch_embed.num_patches  # ToST's layers carry no class token
+    tokens = last.z_out[:, prefix:].to(torch.float64)
     batch, patches, dim = tokens.shape
     flat = tokens.reshape(-1, dim)
     flat = flat - flat.mean(0)
@@ -56,17 +57,20 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
         "data": (data.val_images[:count], list(data.val_images[:count])),
         "photos": (photos, list(photo_rgb)),
     }
+    has_maps = trace_model(model, data.val_images[:1])[-1].attention is not None  # not for TSSA (ToST)
     for source, (inputs, shown) in sources.items():
         with torch.no_grad():
-            cls = _last_class_attention(model, inputs).float()
             pca = _pca_rgb(model, inputs)
-        name = f"attention_{source}_{tag}.png"
-        plots.save(plots.attention_figure(label, shown, cls, grid, layer), out / name)
-        files.append(name)
+        if has_maps:
+            with torch.no_grad():
+                cls = _last_class_attention(model, inputs).float()
+            name = f"attention_{source}_{tag}.png"
+            plots.save(plots.attention_figure(label, shown, cls, grid, layer), out / name)
+            files.append(name)
         name = f"pca_{source}_{tag}.png"
         plots.save(plots.pca_figure(label, shown, pca), out / name)
         files.append(name)
-    if data.val_masks is not None:
+    if data.val_masks is not None and has_maps:
         images = data.val_images[:count]
         foreground = foreground_patches(data.val_masks[:count], tuple(model.patch_embed.patch_size))
         kept = attention_masks(_last_class_attention(model, images))
@@ -92,7 +96,7 @@ def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
 
 
 def _mean_over_layers(result: dict[str, Any], key: str) -> float | None:
-    values = [np.mean(layer[key]) for layer in result["attention"] if layer[key] is not None]
+    values = [np.mean(layer[key]) for layer in result["attention"] if layer is not None and layer[key] is not None]
     return float(np.mean(values)) if values else None
 
 
@@ -104,7 +108,7 @@ def _kernel_cell(result: dict[str, Any], key: str) -> str:
 def _segmentation_cell(result: dict[str, Any]) -> str:
     seg = result["segmentation"]
     if seg is None:
-        return "n/a (no masks)"
+        return "n/a (no masks)" if result["attention"][0] is not None else "n/a (no attention maps)"
     return "; ".join(
         f"layer {layer}: best head {scores['best_head_iou']:.3f} (head {scores['best_head']}), "
         f"mean {scores['mean_over_heads']:.3f}, chance {scores['chance']:.3f}"
@@ -138,6 +142,8 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         return "no sparse code; output: " + ", ".join(f"{v:.2f}" for v in output)
 
     def agreement(r: dict[str, Any]) -> str:
+        if r["attention"][0] is None:
+            return "n/a (no attention maps)"
         chance = r["attention"][0]["kernel_agreement_baseline"]
         return f"{_fmt(_mean_over_layers(r, 'kernel_agreement'))} (chance {chance:.3f})"
 
@@ -167,7 +173,7 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
 
 def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
     """Per model and layer: relative dispersion at four points, and the subsampling error at each N'."""
-    keys = next(iter(results.values()))["seeds"][0]["subsampled_keys"]
+    keys = max((r["seeds"][0]["subsampled_keys"] for r in results.values()), key=len)
     head = "| model | layer | dispersion Z / LN Z / Z+attn / LN(Z+attn) | " + " | ".join(f"N'={n}" for n in keys)
     lines = [head + " |", "|---|---|---|" + "---|" * len(keys)]
     for label, result in results.items():
@@ -176,7 +182,7 @@ def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
             points = " / ".join(
                 f"{d[p]:.3f}" for p in ("before_attention", "attention_input", "after_attention", "after_norm")
             )
-            errors = " | ".join(f"{e:.3f}" for e in seed["subsampling_error"])
+            errors = " | ".join(f"{e:.3f}" for e in seed["subsampling_error"]) or " | ".join(["n/a"] * len(keys))
             lines.append(f"| {label} | {layer} | {points} | {errors} |")
     return "\n".join(lines)
 
