@@ -5,6 +5,7 @@ from .checkpoint import Checkpoint, read_checkpoint
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
 from .crate_alpha import CrateAlphaBlock
+from .crate_mae import CrateMAE, CrateMAEDecoderBlock
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
 
@@ -15,6 +16,8 @@ __all__ = [
     "CheckpointError",
     "CrateAlphaBlock",
     "CrateBlock",
+    "CrateMAE",
+    "CrateMAEDecoderBlock",
     "ToST",
     "ToSTBlock",
     "VIT_VARIANTS",

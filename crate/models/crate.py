@@ -14,6 +14,7 @@ patch embedding.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -305,15 +306,22 @@ def _check_pool(global_pool: str) -> None:
         raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
 
 
-def create_crate_family(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
-    """``build_model_with_cfg`` for CRATE and CRATE-alpha: files read by ``crate.models.checkpoint``,
-    converted and checked by ``checkpoint_filter_fn``."""
+def create_crate_family(
+    variant: str,
+    pretrained: bool = False,
+    model_cls: type[CRATE] | None = None,
+    family_filter: Callable[..., dict[str, torch.Tensor]] | None = None,
+    **kwargs: Any,
+) -> CRATE:
+    """``build_model_with_cfg`` for CRATE and the families built on it (``model_cls``: CRATE-MAE): files read
+    by ``crate.models.checkpoint``, converted and checked by ``checkpoint_filter_fn`` (with the family's
+    own ``family_filter`` first, where it has one)."""
     out_indices = kwargs.pop("out_indices", 3)
     return build_model_with_cfg(
-        CRATE,
+        model_cls or CRATE,
         variant,
         pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=family_filter),
         feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
         **pretrained_kwargs(variant, pretrained, kwargs),
     )
