@@ -82,7 +82,9 @@ class Lift(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList([nn.ModuleList([PreNorm(dim, SharedAttention(dim, heads)), PreNorm(dim, Sparsify(dim))])])
+        self.layers = nn.ModuleList(
+            [nn.ModuleList([PreNorm(dim, SharedAttention(dim, heads)), PreNorm(dim, Sparsify(dim))])]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         attn, sparsify = self.layers[0]
@@ -92,7 +94,9 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList([nn.ModuleList([PreNorm(dim, Lift(dim)), PreNorm(dim, SharedAttention(dim, heads))])])
+        self.layers = nn.ModuleList(
+            [nn.ModuleList([PreNorm(dim, Lift(dim)), PreNorm(dim, SharedAttention(dim, heads))])]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lift, attn = self.layers[0]

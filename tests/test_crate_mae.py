@@ -51,7 +51,9 @@ def test_decoder_layer_matches_its_literal_transcription() -> None:
     for sample in range(2):
         Z = x[sample].T  # d x N
         lifted = block.dictionary.weight @ layer_norm(Z, block.norm1)  # x' = A LN(x)
-        expected = lifted - mssa_literal(layer_norm(lifted, block.norm2), U, block.attn.proj.weight, block.attn.proj.bias)
+        expected = lifted - mssa_literal(
+            layer_norm(lifted, block.norm2), U, block.attn.proj.weight, block.attn.proj.bias
+        )
         with torch.no_grad():
             torch.testing.assert_close(block(x)[sample].T, expected, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
@@ -114,7 +116,11 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
     torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-5)
     # the encoder alone (decoder_depth=0) takes the same file and encodes as the full model does
     encoder = timm.create_model(
-        "crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file, num_classes=0), num_classes=10, decoder_depth=0
+        "crate_mae_nano_patch4_32",
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file, num_classes=0),
+        num_classes=10,
+        decoder_depth=0,
     ).eval()
     assert not any(name.startswith("decoder") for name, _ in encoder.named_parameters())
     with torch.no_grad():

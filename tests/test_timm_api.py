@@ -16,7 +16,10 @@ VARIANTS = set(timm.list_models("vit_nano_patch4_32_*")) | set(timm.list_models(
 # ToST: the CPU-scale member and one reference size per patch size (the other sizes share their code;
 # their parameter counts are checked in test_tost.py)
 TOST = {"tost_nano_patch4_32", "tost_cab_tiny_12_p16", "tost_cab_tiny_12_p8"}
-ZOO = sorted(set(timm.list_models("crate_*")) | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST)
+# CRATE-MAE: the CPU-scale member and the smallest reference size (the others: test_crate_mae.py)
+MAE = {"crate_mae_nano_patch4_32", "crate_mae_tiny_patch16_224"}
+CRATE = set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))
+ZOO = sorted(CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST | MAE)
 
 
 def _small_size(name: str) -> int:
@@ -52,7 +55,7 @@ def test_the_zoo_is_complete() -> None:
     }
     variants = {f"vit_nano_patch4_32_{v}" for v in ("rbf", "poly2", "linear", "bn", "sh", "bnsh")}
     variants |= {"crate_nano_patch4_32_bn", "crate_nano_patch4_32_sh"}
-    assert alpha | variants | TOST <= set(ZOO) and len(ZOO) == 28
+    assert alpha | variants | TOST | MAE <= set(ZOO) and len(ZOO) == 30
     assert len(timm.list_models("tost_*")) == 13
 
 
@@ -64,7 +67,10 @@ def test_forward_backward_and_default_cfg(name: str) -> None:
     out = model(x)
     assert out.shape == (2, 5)
     out.sum().backward()
-    assert all(p.grad is not None for p in model.parameters()), "a parameter got no gradient"
+    # CRATE-MAE's decoder takes part in masked pretraining only (test_crate_mae.py)
+    decoder = ("decoder_", "mask_token") if name.startswith("crate_mae") else ()
+    encoder = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith(decoder or ("~",))]
+    assert all(p.grad is not None for p in encoder), "a parameter got no gradient"
 
     cfg = model.pretrained_cfg
     state = model.state_dict()

@@ -2,6 +2,7 @@
 
 from .cli import CrateCLI, cli_main
 from .data import Augmentation, CIFARDataModule, DigitsDataModule, ImageDataModule, ImageFolderDataModule
+from .masked_pretraining import MaskedAutoencoder
 from .module import ImageClassifier
 from .rate_monitor import CodingRateMonitor
 
@@ -14,5 +15,6 @@ __all__ = [
     "ImageClassifier",
     "ImageDataModule",
     "ImageFolderDataModule",
+    "MaskedAutoencoder",
     "cli_main",
 ]

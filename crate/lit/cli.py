@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -128,12 +129,14 @@ class CrateCLI(LightningCLI):
         # it would stay at the best epoch; the second callback keeps it current for --ckpt_path last.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "latest_checkpoint")
+        metric, mode = getattr(self.model_class, "checkpoint_monitor", ("val/acc", "max"))
+        short = metric.split("/")[-1]
         parser.set_defaults(
             {
-                "checkpoint.monitor": "val/acc",
-                "checkpoint.mode": "max",
+                "checkpoint.monitor": metric,
+                "checkpoint.mode": mode,
                 "checkpoint.save_last": False,
-                "checkpoint.filename": "best-epoch{epoch:03d}-acc{val/acc:.4f}",
+                "checkpoint.filename": f"best-epoch{{epoch:03d}}-{short}{{{metric}:.4f}}",
                 "checkpoint.auto_insert_metric_name": False,
                 "latest_checkpoint.monitor": None,
                 "latest_checkpoint.save_top_k": 1,
@@ -204,15 +207,19 @@ def _remove_if_empty(run_dir: Path | None) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def cli_main(args: list[str] | None = None, run: bool = True) -> CrateCLI:
-    """``train.py``: a SIGTERM ends the process with status 143 (after the interrupt checkpoint); errors in
+def cli_main(
+    args: list[str] | None = None, run: bool = True, model_class: type[L.LightningModule] = ImageClassifier
+) -> CrateCLI:
+    """``train.py`` (``pretrain.py``: ``model_class=MaskedAutoencoder``): a SIGTERM ends the process with
+    status 143 (after the interrupt checkpoint); errors in
     what the user gave (a missing, corrupt or foreign checkpoint, a missing dataset, an unreadable dataset
     file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
     version folder."""
     CrateCLI.run_dir = None
+    program = "pretrain.py" if model_class is not ImageClassifier else "train.py"
     try:
         return CrateCLI(
-            ImageClassifier,
+            model_class,
             ImageDataModule,
             subclass_mode_data=True,
             save_config_kwargs={"overwrite": True},
@@ -221,18 +228,18 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> CrateCLI:
             run=run,
         )
     except SIGTERMException:
-        sys.stderr.write("train.py: stopped by SIGTERM; resume with --ckpt_path last\n")
+        sys.stderr.write(f"{program}: stopped by SIGTERM; resume with --ckpt_path last\n")
         raise SystemExit(SIGTERM_EXIT) from None
     except ArgumentError as err:
         message = str(err).strip().splitlines()
-        sys.stderr.write(f"train.py: error: {' '.join(line.strip() for line in message[:3])}\n")
-        sys.stderr.write("train.py: the accepted keys: python train.py fit --help (or --print_config)\n")
+        sys.stderr.write(f"{program}: error: {' '.join(line.strip() for line in message[:3])}\n")
+        sys.stderr.write(f"{program}: the accepted keys: python {program} fit --help (or --print_config)\n")
         raise SystemExit(2) from None
     except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
         _remove_if_empty(CrateCLI.run_dir)
         if not run:
             raise
-        sys.stderr.write(f"train.py: error: {err}\n")
+        sys.stderr.write(f"{program}: error: {err}\n")
         raise SystemExit(2) from None
     except BaseException:
         _remove_if_empty(CrateCLI.run_dir)

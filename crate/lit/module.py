@@ -17,23 +17,22 @@ import lightning as L
 import torch
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
-from timm.optim import create_optimizer_v2, list_optimizers
-from timm.scheduler import CosineLRScheduler
+from timm.optim import list_optimizers
 from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from crate.models import CheckpointError
+from crate.models import CheckpointError, read_checkpoint
 
 from .factory import create_classifier
+from .optimization import TimmOptimization
 
 __all__ = ["ImageClassifier"]
 
-_BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
 _COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-class ImageClassifier(L.LightningModule):
+class ImageClassifier(TimmOptimization, L.LightningModule):
     """Image classification with any timm model name (zoo or timm's own).
 
     Args:
@@ -59,7 +58,16 @@ class ImageClassifier(L.LightningModule):
             so checkpoints, timm and export see the plain module's parameter names; the moving average and
             the coding-rate monitor run eagerly. compile_mode: ``torch.compile``'s ``mode``
             (``default``, ``reduce-overhead``, ``max-autotune``, ...).
+        pretrained_file: start from the weights of a checkpoint file (any the zoo reads: a Lightning run of
+            this module or of the masked pretraining module, a timm or official file), through timm's
+            ``pretrained_cfg_overlay``; the head is kept when the file's has ``num_classes`` rows, reset
+            otherwise (a file without a head, such as a masked-pretraining run, gets a new one).
+        freeze_backbone: train the classifier head only (a linear probe): every other parameter is frozen
+            and the backbone runs in eval mode.
     """
+
+    # what the CLI's best-checkpoint callback watches
+    checkpoint_monitor = ("val/acc", "max")
 
     def __init__(
         self,
@@ -84,6 +92,8 @@ class ImageClassifier(L.LightningModule):
         grad_checkpointing: bool = False,
         compile: bool = False,
         compile_mode: str | None = None,
+        pretrained_file: str | None = None,
+        freeze_backbone: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -96,7 +106,14 @@ class ImageClassifier(L.LightningModule):
         kwargs = dict(model_kwargs or {})
         if drop_path_rate > 0:
             kwargs["drop_path_rate"] = drop_path_rate
+        if pretrained_file is not None:
+            held = read_checkpoint(pretrained_file).num_classes
+            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=pretrained_file, num_classes=held or 0))
         self.model = create_classifier(model_name, num_classes, in_chans, img_size, **kwargs)
+        if freeze_backbone:
+            head = {id(p) for p in self.model.get_classifier().parameters()}
+            for param in self.model.parameters():
+                param.requires_grad_(id(param) in head)
         if compile_mode is not None and compile_mode not in _COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {_COMPILE_MODES} or None, got {compile_mode!r}")
         if grad_checkpointing:
@@ -128,6 +145,11 @@ class ImageClassifier(L.LightningModule):
         if self.hparams.compile and not getattr(self, "_compiled", False):
             self.model.compile(mode=self.hparams.compile_mode)
             self._compiled = True
+
+    def on_train_epoch_start(self) -> None:
+        if self.hparams.freeze_backbone:  # a probe: dropout and stochastic depth off in the frozen backbone
+            self.model.eval()
+            self.model.get_classifier().train()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
@@ -190,27 +212,3 @@ class ImageClassifier(L.LightningModule):
                 "model and data, or start a new run that loads its weights through timm "
                 "(pretrained_cfg_overlay with a head reset) to fine-tune on other classes."
             )
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
-        optimizer = create_optimizer_v2(
-            self.model, opt=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
-        )
-        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
-        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
-        scheduler = CosineLRScheduler(
-            optimizer,
-            t_initial=max(1, total_steps - warmup_steps),
-            lr_min=hp.lr * hp.min_lr_ratio,
-            warmup_t=warmup_steps,
-            warmup_lr_init=hp.lr / max(1, warmup_steps),
-            warmup_prefix=True,
-            t_in_epochs=False,
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
-        """timm schedulers are stepped by the number of optimizer updates done."""
-        scheduler.step_update(num_updates=self.global_step)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import lightning as L
@@ -25,14 +26,23 @@ def layer_rate_values(
     eps: float | None = None,
     convention: Convention = "official",
     quantities: tuple[str, ...] | None = None,
+    decoder: bool = False,
 ) -> dict[str, float]:
     """Per-layer quantities of ``crate.metrics.QUANTITIES`` (all by default) on ``images``, from one trace
-    of the model; keys ``rate/<quantity>/layer_<l>``, means over the images."""
-    traces = trace_model(model, images, attention=False)
+    of the model; keys ``rate/<quantity>/layer_<l>``, means over the images. ``decoder=True``: CRATE-MAE's
+    decoder layers on the images masked with a fixed seed, keys ``rate_decoder/<quantity>/layer_<l>``."""
+    if decoder:
+        generator = torch.Generator().manual_seed(0)
+        noise = torch.rand(images.shape[0], model.patch_embed.num_patches, generator=generator).to(images.device)
+        forward = partial(model.forward_mae, noise=noise)
+        traces = trace_model(model, images, attention=False, blocks="decoder_blocks", forward=forward)
+    else:
+        traces = trace_model(model, images, attention=False)
     # measured by one process on one probe: nothing to sync (a sync here would wait for the other ranks)
     metric = LayerwiseRates(len(traces), eps=eps, convention=convention, quantities=quantities, sync_on_compute=False)
     metric.update(traces)
-    return {f"rate/{key}": value.item() for key, value in metric.compute().items()}
+    prefix = "rate_decoder/" if decoder else "rate/"
+    return {f"{prefix}{key}": value.item() for key, value in metric.compute().items()}
 
 
 def rate_curves_figure(values: dict[str, float], title: str = "") -> Figure:
@@ -142,7 +152,10 @@ class CodingRateMonitor(Callback):
         model.eval()
         try:
             images = self._probe_images(trainer).to(pl_module.device)
-            return layer_rate_values(model, images, self.eps, self.convention, self.quantities)
+            values = layer_rate_values(model, images, self.eps, self.convention, self.quantities)
+            if getattr(model, "decoder_depth", 0) and hasattr(model, "forward_mae"):  # CRATE-MAE's decoder
+                values.update(layer_rate_values(model, images, self.eps, self.convention, self.quantities, True))
+            return values
         finally:
             model.train(was_training)
 

@@ -34,14 +34,13 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
 from crate.layers import MSSA, BlockTrace
 
-from .crate import CPU_SIZES, CRATE, CrateBlock, cpu_cfg, crate_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
 from .vit import TwinPatchEmbed
 
 __all__ = ["CrateMAE", "CrateMAEDecoderBlock", "sincos_pos_embed"]
@@ -87,9 +86,7 @@ class CrateMAEDecoderBlock(nn.Module):
         else:
             update, heads = self.attn(attn_input), None
         out = lifted - update
-        trace = BlockTrace.record(
-            x, attn_input, self.attn.subspaces, heads, out, self.norm2(out), mlp_input, None, out
-        )
+        trace = BlockTrace.record(x, attn_input, self.attn.subspaces, heads, out, self.norm2(out), mlp_input, None, out)
         return out, trace
 
 
@@ -270,7 +267,9 @@ _RELEASED_LAYER = {
         "layers.0.1.fn.to_out.0": "attn.proj",
     },
 }
-_RELEASED_KEY = re.compile(r"(blocks|decoder_blocks)\.(\d+)\.(layers\.0\.[01]\.(?:norm|fn(?:\.qkv|\.to_out\.0)?))\.(weight|bias)")
+_RELEASED_KEY = re.compile(
+    r"(blocks|decoder_blocks)\.(\d+)\.(layers\.0\.[01]\.(?:norm|fn(?:\.qkv|\.to_out\.0)?))\.(weight|bias)"
+)
 
 
 def checkpoint_filter_mae(state_dict: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:

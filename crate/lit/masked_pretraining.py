@@ -1,0 +1,128 @@
+"""Masked pretraining of a CRATE-MAE (or any model with ``forward_mae``) as a LightningModule.
+
+The loss is the model's: mean squared error on the masked patches of per-patch normalised pixels (MAE's
+``norm_pix_loss``). Validation masks each batch with noise seeded by the batch index, so the validation
+loss of two epochs (or two runs) compares the same masks. At the end of validation a figure of masked
+inputs, reconstructions and originals goes to TensorBoard; the coding-rate monitor measures the encoder
+(``rate/...``) and, for a model with a decoder, the decoder on the masked probe (``rate_decoder/...``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import nn
+
+from crate.interpret.plots import reconstruction_figure
+
+from .factory import create_classifier
+from .optimization import TimmOptimization
+
+__all__ = ["MaskedAutoencoder", "masked_views"]
+
+
+def masked_views(
+    model: nn.Module, images: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(masked input, reconstruction with the visible patches pasted in, reconstruction) as images."""
+    _, pred, mask = model.forward_mae(images, noise=noise)
+    patches = model.patchify(images)
+    hidden = mask[..., None].bool()
+    masked = model.unpatchify(torch.where(hidden, torch.zeros_like(patches), patches))
+    reconstruction = model.reconstruct(images, pred)
+    pasted = model.unpatchify(torch.where(hidden, model.patchify(reconstruction), patches))
+    return masked, pasted, reconstruction
+
+
+class MaskedAutoencoder(TimmOptimization, L.LightningModule):
+    """Masked-autoencoder pretraining of ``model_name`` (``crate_mae_*``).
+
+    Args:
+        model_name: a model with ``forward_mae`` (the zoo's ``crate_mae_*``).
+        num_classes: linked from the DataModule by the CLI and not used (pretraining has no labels; the
+            checkpoint holds no head).
+        in_chans, img_size: linked from the DataModule.
+        model_kwargs: further constructor arguments (e.g. ``decoder_depth``).
+        mask_ratio: share of the patches masked per image (exactly ``int(N (1 - mask_ratio))`` kept).
+        norm_pix_loss: normalise each target patch to mean 0, variance 1 (MAE's choice).
+        optimizer, lr, min_lr_ratio, weight_decay, betas, layer_decay, warmup_epochs: as ImageClassifier's
+            (``crate.lit.optimization``); betas (0.9, 0.95) as in MAE.
+        figure_images: how many validation images the reconstruction figure shows (0: no figure).
+    """
+
+    checkpoint_monitor = ("val/loss", "min")
+
+    def __init__(
+        self,
+        model_name: str = "crate_mae_nano_patch4_32",
+        num_classes: int = 0,
+        in_chans: int = 3,
+        img_size: int | None = None,
+        model_kwargs: dict[str, Any] | None = None,
+        mask_ratio: float = 0.75,
+        norm_pix_loss: bool = True,
+        optimizer: str = "adamw",
+        lr: float = 1.5e-3,
+        min_lr_ratio: float = 0.01,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.95),
+        layer_decay: float | None = None,
+        warmup_epochs: float = 5.0,
+        figure_images: int = 8,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["num_classes"])  # no head: the checkpoint must not claim classes
+        kwargs = dict(model_kwargs or {}, mask_ratio=mask_ratio, norm_pix_loss=norm_pix_loss)
+        self.model = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
+        if not hasattr(self.model, "forward_mae") or not getattr(self.model, "decoder_depth", 0):
+            raise ValueError(
+                f"{model_name} is not a masked autoencoder with a decoder; choose a crate_mae_* model "
+                "(with decoder_depth > 0)"
+            )
+        self._figure_batch: torch.Tensor | None = None
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """The encoder's features (B, 1 + N, d) of the unmasked images."""
+        return self.model.forward_features(images)
+
+    def evaluated_model(self) -> nn.Module:
+        return self.model
+
+    def training_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> torch.Tensor:
+        loss = self.model.forward_mae(batch[0])[0]
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def _noise(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(batch_idx)
+        return torch.rand(images.shape[0], self.model.patch_embed.num_patches, generator=generator).to(images.device)
+
+    def _eval_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int, stage: str) -> None:
+        images = batch[0]
+        loss = self.model.forward_mae(images, noise=self._noise(images, batch_idx))[0]
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True)
+        if stage == "val" and batch_idx == 0:
+            self._figure_batch = images[: self.hparams.figure_images]
+
+    def validation_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "val")
+
+    def test_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> None:
+        self._eval_step(batch, batch_idx, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        images = self._figure_batch
+        if images is None or not len(images) or self.trainer.sanity_checking or not self.trainer.is_global_zero:
+            return
+        loggers = [logger for logger in self.trainer.loggers if isinstance(logger, TensorBoardLogger)]
+        if not loggers:
+            return
+        with torch.no_grad():
+            masked, pasted, _ = masked_views(self.model, images, self._noise(images, 0))
+        figure = reconstruction_figure(images, masked, pasted, title=f"step {self.global_step}")
+        for logger in loggers:
+            logger.experiment.add_figure("mae/reconstruction", figure, self.global_step)

@@ -1,0 +1,48 @@
+"""Optimizer and schedule of every LightningModule of the zoo, from timm's own pieces.
+
+``timm.optim.create_optimizer_v2`` (any timm optimizer name; weight decay on weight matrices only,
+skipping norms, biases and the model's ``no_weight_decay()``; optional layer-wise learning-rate decay)
+and timm's ``CosineLRScheduler`` stepped per optimizer update: linear warmup, then cosine decay to
+``min_lr_ratio * lr``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+
+__all__ = ["TimmOptimization"]
+
+_BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
+
+
+class TimmOptimization:
+    """``configure_optimizers`` for a LightningModule with ``self.model`` and the hyper-parameters
+    ``optimizer``, ``lr``, ``min_lr_ratio``, ``weight_decay``, ``betas``, ``layer_decay``, ``warmup_epochs``.
+    Parameters that do not require gradients (frozen ones) are left out of the optimizer."""
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
+        optimizer = create_optimizer_v2(
+            self.model, opt=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
+        )
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
+        warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
+        scheduler = CosineLRScheduler(
+            optimizer,
+            t_initial=max(1, total_steps - warmup_steps),
+            lr_min=hp.lr * hp.min_lr_ratio,
+            warmup_t=warmup_steps,
+            warmup_lr_init=hp.lr / max(1, warmup_steps),
+            warmup_prefix=True,
+            t_in_epochs=False,
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
+        """timm schedulers are stepped by the number of optimizer updates done."""
+        scheduler.step_update(num_updates=self.global_step)
