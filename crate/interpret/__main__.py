@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, CheckpointError, ValueError, TypeError) as err:
         parser.exit(2, f"crate-interpret: error: {err}\n")
     for label, result in results.items():
-        print(f"{label}: val accuracy {result['val_accuracy']:.4f}")
+        accuracy = result["val_accuracy"]
+        print(f"{label}: val accuracy " + ("n/a (no head)" if accuracy is None else f"{accuracy:.4f}"))
     print(f"wrote {args.out}/report.md, metrics.json and figures")
 
 

@@ -194,7 +194,10 @@ def evaluate_model(
     eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
     images = data.val_images[:probe_images]
     traces = trace_model(model, images)
-    logits = torch.cat([model(data.val_images[i : i + 256]) for i in range(0, len(data.val_images), 256)])
+    accuracy = None  # a model without a classifier (a masked-pretraining checkpoint) has none
+    if getattr(model, "num_classes", 1):
+        logits = torch.cat([model(data.val_images[i : i + 256]) for i in range(0, len(data.val_images), 256)])
+        accuracy = float((logits.argmax(-1) == data.val_labels).float().mean())
     train_features = layer_features(model, data.train_images)
     val_features = layer_features(model, data.val_images)
     probes = [
@@ -211,7 +214,7 @@ def evaluate_model(
         "shared_query_key": all(getattr(b.attn, "shared_query_key", False) for b in transformer_blocks(model)),
         "parameters": sum(p.numel() for p in model.parameters()),
         "data": data.name,
-        "val_accuracy": float((logits.argmax(-1) == data.val_labels).float().mean()),
+        "val_accuracy": accuracy,
         "rate_settings": {"eps": eps, "lambda": lam, "images": len(images)},
         "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
         "attention": [attention_lenses(trace, top_k) if trace.attention is not None else None for trace in traces],

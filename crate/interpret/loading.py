@@ -38,9 +38,7 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
             raise ValueError(f"give --checkpoint for {name}, or a pretrained tag such as {name}.digits")
         return timm.create_model(name, pretrained=True).eval()
     held = read_checkpoint(checkpoint)
-    kwargs: dict[str, Any] = {}
-    if held.num_classes is not None:
-        kwargs["num_classes"] = held.num_classes
+    kwargs: dict[str, Any] = {"num_classes": held.num_classes or 0}  # a file without a head (masked pretraining)
     with torch.device("meta"):  # only to learn the patch size, which flat patch embeddings need
         patch = getattr(getattr(timm.create_model(name), "patch_embed", None), "patch_size", None)
     in_chans = held.in_chans(tuple(patch) if patch is not None else None)
@@ -48,7 +46,7 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
         kwargs["in_chans"] = in_chans
     if held.hparams.get("img_size"):
         kwargs["img_size"] = held.hparams["img_size"]
-    overlay = dict(file=str(checkpoint), num_classes=kwargs.get("num_classes", 1000))
+    overlay = dict(file=str(checkpoint), num_classes=kwargs["num_classes"])
     try:
         model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
     except RuntimeError as err:  # timm's own models: shapes or keys that do not match

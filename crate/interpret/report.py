@@ -70,6 +70,15 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
         name = f"pca_{source}_{tag}.png"
         plots.save(plots.pca_figure(label, shown, pca), out / name)
         files.append(name)
+    if getattr(model, "decoder_depth", 0) and hasattr(model, "masked_views"):  # CRATE-MAE: its reconstructions
+        images = data.val_images[:count]
+        noise = torch.rand(len(images), model.patch_embed.num_patches, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            masked, pasted = model.masked_views(images, noise)
+        name = f"reconstruction_{tag}.png"
+        title = f"{label}: mask ratio {model.mask_ratio}"
+        plots.save(plots.reconstruction_figure(images, masked, pasted, title=title), out / name)
+        files.append(name)
     if data.val_masks is not None and has_maps:
         images = data.val_images[:count]
         foreground = foreground_patches(data.val_masks[:count], tuple(model.patch_embed.patch_size))
@@ -148,7 +157,7 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         return f"{_fmt(_mean_over_layers(r, 'kernel_agreement'))} (chance {chance:.3f})"
 
     rows = {
-        "validation accuracy": lambda r: f"{r['val_accuracy']:.4f}",
+        "validation accuracy": lambda r: "n/a (no head)" if r["val_accuracy"] is None else f"{r['val_accuracy']:.4f}",
         "parameters": lambda r: f"{r['parameters']:,}",
         "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
         "R^c(LN Z \\| U) across attention, paper (eps 0.5)": lambda r: _compression_row(r, "paper", "Rc"),

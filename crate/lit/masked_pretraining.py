@@ -21,20 +21,7 @@ from crate.interpret.plots import reconstruction_figure
 from .factory import create_classifier
 from .optimization import TimmOptimization
 
-__all__ = ["MaskedAutoencoder", "masked_views"]
-
-
-def masked_views(
-    model: nn.Module, images: torch.Tensor, noise: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(masked input, reconstruction with the visible patches pasted in, reconstruction) as images."""
-    _, pred, mask = model.forward_mae(images, noise=noise)
-    patches = model.patchify(images)
-    hidden = mask[..., None].bool()
-    masked = model.unpatchify(torch.where(hidden, torch.zeros_like(patches), patches))
-    reconstruction = model.reconstruct(images, pred)
-    pasted = model.unpatchify(torch.where(hidden, model.patchify(reconstruction), patches))
-    return masked, pasted, reconstruction
+__all__ = ["MaskedAutoencoder"]
 
 
 class MaskedAutoencoder(TimmOptimization, L.LightningModule):
@@ -122,7 +109,7 @@ class MaskedAutoencoder(TimmOptimization, L.LightningModule):
         if not loggers:
             return
         with torch.no_grad():
-            masked, pasted, _ = masked_views(self.model, images, self._noise(images, 0))
+            masked, pasted = self.model.masked_views(images, self._noise(images, 0))
         figure = reconstruction_figure(images, masked, pasted, title=f"step {self.global_step}")
         for logger in loggers:
             logger.experiment.add_figure("mae/reconstruction", figure, self.global_step)

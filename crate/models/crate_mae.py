@@ -244,6 +244,18 @@ class CrateMAE(CRATE):
             pred = pred * (target.var(-1, keepdim=True) + 1e-6).sqrt() + target.mean(-1, keepdim=True)
         return self.unpatchify(pred)
 
+    @torch.jit.ignore
+    def masked_views(
+        self, images: torch.Tensor, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(masked input with the masked patches zeroed, reconstruction with the visible patches pasted in),
+        as images, for figures."""
+        _, pred, mask = self.forward_mae(images, noise=noise)
+        patches, hidden = self.patchify(images), mask[..., None].bool()
+        masked = self.unpatchify(torch.where(hidden, torch.zeros_like(patches), patches))
+        predicted = self.patchify(self.reconstruct(images, pred))
+        return masked, self.unpatchify(torch.where(hidden, predicted, patches))
+
     def _require_decoder(self) -> None:
         if not self.decoder_depth:
             raise RuntimeError("this CRATE-MAE was built without a decoder (decoder_depth=0): it only encodes")
