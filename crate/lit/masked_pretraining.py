@@ -62,13 +62,15 @@ class MaskedAutoencoder(TimmOptimization, L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["num_classes"])  # no head: the checkpoint must not claim classes
-        kwargs = dict(model_kwargs or {}, mask_ratio=mask_ratio, norm_pix_loss=norm_pix_loss)
-        self.model = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
+        if not 0.0 <= mask_ratio < 1.0:
+            raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")
+        self.model = create_classifier(model_name, 0, in_chans, img_size, **dict(model_kwargs or {}))
         if not hasattr(self.model, "forward_mae") or not getattr(self.model, "decoder_depth", 0):
             raise ValueError(
                 f"{model_name} is not a masked autoencoder with a decoder; choose a crate_mae_* model "
                 "(with decoder_depth > 0)"
             )
+        self.model.mask_ratio, self.model.norm_pix_loss = mask_ratio, norm_pix_loss
         self._figure_batch: torch.Tensor | None = None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
