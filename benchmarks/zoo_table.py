@@ -149,6 +149,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="throughput repeats (interleaved)")
     parser.add_argument("--out", default=str(REPO / "docs" / "zoo_table.md"))
     args = parser.parse_args()
+    missing = [name for name in args.members if not (REPO / "configs" / "zoo" / f"{name}.yaml").is_file()]
+    if missing:
+        raise SystemExit(f"zoo_table.py: no configs/zoo/<model>.yaml for {missing}")
     start = time.perf_counter()
     ratios = throughput_ratios(args.members, args.repeats, steps=10)
     results: dict[str, dict[str, Any]] = {}
@@ -159,6 +162,8 @@ def main() -> None:
             runs.append(train_one(name, seed, args.epochs))
             print(f"{name} seed {seed}: val/acc {runs[-1]['accuracy']:.4f} in {runs[-1]['seconds']:.1f} s", flush=True)
         results[name] = {"params": params, "throughput_ratio": ratios[name], "runs": runs}
+        partial = Path(args.out).with_suffix(".partial.json")  # what is done so far, should a later run fail
+        partial.write_text(json.dumps({"epochs": args.epochs, "results": results}, indent=1))
     minutes = (time.perf_counter() - start) / 60
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,6 +177,7 @@ def main() -> None:
     out.write_text(header + table(results) + "\n")
     summary = {"minutes": minutes, "epochs": args.epochs, "results": results}
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    out.with_suffix(".partial.json").unlink(missing_ok=True)
     print(table(results))
     print(f"{minutes:.1f} minutes; written to {out}")
 

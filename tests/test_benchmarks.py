@@ -68,3 +68,37 @@ def test_digits_folder_holds_the_datamodule_split(tmp_path: Path) -> None:
     first = tmp_path / "val" / str(int(val.labels[0])) / "0.png"
     pixels = np.asarray(Image.open(first), dtype=np.float64) / 255
     assert np.abs(pixels - (val.images[0, 0].numpy() * 0.5 + 0.5)).max() <= 0.5 / 255 + 1e-6
+
+
+def test_scaling_crossover_is_the_first_size_from_which_a_layer_stays_faster() -> None:
+    from attention_scaling import REFERENCE, crossover, markdown
+
+    seconds = {
+        REFERENCE: {64: 1.0, 128: 2.0, 256: 4.0, 512: 8.0},
+        "late": {64: 2.0, 128: 1.0, 256: 5.0, 512: 7.0},  # faster at 128, slower at 256, faster from 512
+        "never": {64: 2.0, 128: 3.0, 256: 5.0, 512: 9.0},
+    }
+    assert crossover(seconds, "late") == 512
+    assert crossover(seconds, "never") is None
+    text = markdown(seconds, "cmd")
+    assert "| late | 2.00 | 0.50 | 1.25 | 0.88 | 512 |" in text and "| never |" in text and "never (measured)" in text
+
+
+@pytest.mark.slow
+def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> None:
+    out = tmp_path / "zoo.md"
+    members = ["vit_nano_patch4_32", "crate_nano_patch4_32", "tost_nano_patch4_32"]
+    args = ["--epochs", "1", "--seeds", "0", "1", "--members", *members, "--repeats", "1", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "zoo_table.py"), *args], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split("|")[1].strip(" `"): line for line in out.read_text().splitlines() if line.startswith("| `")}
+    assert set(rows) == set(members)
+    cells = {name: [c.strip() for c in line.split("|")[2:-1]] for name, line in rows.items()}
+    assert cells["vit_nano_patch4_32"][3] == "1.00x"  # the twin against itself
+    assert cells["tost_nano_patch4_32"][4:6] == ["n/a", "n/a"]  # TSSA: no attention maps
+    assert cells["crate_nano_patch4_32"][7] != "n/a" and cells["vit_nano_patch4_32"][7] == "n/a"  # sparse code
+    summary = json.loads(out.with_suffix(".json").read_text())
+    runs = summary["results"]["crate_nano_patch4_32"]["runs"]
+    assert [run["seed"] for run in runs] == [0, 1] and all(0 <= run["accuracy"] <= 1 for run in runs)
