@@ -20,14 +20,13 @@ from typing import Any, Literal
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath, resample_abs_pos_embed
-from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 
 from .checkpoint import pretrained_kwargs
+from .classifier_api import TransformerClassifier, check_pool
 from .convert import checkpoint_filter_fn
 from .shipped import digits_cfg
 
@@ -92,7 +91,7 @@ class CrateBlock(nn.Module):
         return z_out, trace
 
 
-class CRATE(nn.Module):
+class CRATE(TransformerClassifier):
     """CRATE classifier: patch embedding, class token and learned position embedding, L layers,
     LayerNorm and a linear head on the pooled token (the class token by default).
 
@@ -136,7 +135,7 @@ class CRATE(nn.Module):
         weight_init: Callable[[nn.Module], None] | None = None,
     ) -> None:
         super().__init__()
-        _check_pool(global_pool)
+        check_pool(global_pool)
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.pool_include_prefix = pool_include_prefix
@@ -191,21 +190,6 @@ class CRATE(nn.Module):
             blocks=[(r"^blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
-    @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self.num_classes = num_classes
-        if global_pool is not None:
-            _check_pool(global_pool)
-            self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
-
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         """Patch tokens with the class token and position embedding (resampled to the input's patch grid
         when the model was built with ``dynamic_img_size=True``)."""
@@ -223,87 +207,6 @@ class CRATE(nn.Module):
         else:
             pos_embed = self.pos_embed
         return self.pos_drop(x + pos_embed)
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | list[int] | None = None,
-        return_prefix_tokens: bool = False,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Outputs of the layers in ``indices`` (last n if an int, all if None), as timm's ViT gives them.
-
-        ``output_fmt``: ``NCHW`` (patch tokens on their grid) or ``NLC`` (token sequence); ``norm`` applies
-        the final norm to each; ``return_prefix_tokens`` pairs each with its class token.
-        """
-        if output_fmt not in ("NCHW", "NLC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
-        x = self._embed(x)
-        blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
-        intermediates = []
-        for index, block in enumerate(blocks):
-            x = checkpoint(block, x, use_reentrant=False) if self.grad_checkpointing else block(x)
-            if index in take_indices:
-                intermediates.append(self.norm(x) if norm else x)
-        prefix = [y[:, : self.num_prefix_tokens] for y in intermediates]
-        intermediates = [y[:, self.num_prefix_tokens :] for y in intermediates]
-        if output_fmt == "NCHW":
-            patch = self.patch_embed.patch_size
-            height, width = height // patch[0], width // patch[1]
-            intermediates = [
-                y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
-            ]
-        if return_prefix_tokens:
-            intermediates = list(zip(intermediates, prefix, strict=True))
-        if intermediates_only:
-            return intermediates
-        return self.norm(x), intermediates
-
-    def prune_intermediate_layers(
-        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
-    ) -> list[int]:
-        """Drop the layers after the last one in ``indices`` (and the norm and head if asked)."""
-        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        self.blocks = self.blocks[: max_index + 1]
-        if prune_norm:
-            self.norm = nn.Identity()
-        if prune_head:
-            self.fc_norm = nn.Identity()
-            self.reset_classifier(0, "")
-        return take_indices
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> normalised tokens (B, 1 + N, d), the class token first."""
-        x = self._embed(x)
-        if self.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint_seq(self.blocks, x)
-        else:
-            x = self.blocks(x)
-        return self.norm(x)
-
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        if self.global_pool == "avg":
-            return x.mean(dim=1) if self.pool_include_prefix else x[:, self.num_prefix_tokens :].mean(dim=1)
-        if self.global_pool == "token":
-            return x[:, 0]
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.head_drop(self.fc_norm(self.pool(x)))
-        return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-
-def _check_pool(global_pool: str) -> None:
-    if global_pool not in ("", "token", "avg"):
-        raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
 
 
 def create_crate_family(

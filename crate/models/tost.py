@@ -25,8 +25,7 @@ from typing import Any, Literal
 
 import torch
 from timm.layers import DropPath, Mlp, trunc_normal_
-from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.xcit import ClassAttentionBlock, PositionalEncodingFourier
 from timm.models.xcit import checkpoint_filter_fn as xcit_checkpoint_filter_fn
 from torch import nn
@@ -35,6 +34,7 @@ from torch.utils.checkpoint import checkpoint
 from crate.layers import TSSA, BlockTrace, ConvStem
 
 from .checkpoint import pretrained_kwargs
+from .classifier_api import TransformerClassifier, check_pool
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg, crate_cfg
 
@@ -82,10 +82,13 @@ class ToSTBlock(nn.Module):
         return z_out, trace
 
 
-class ToST(nn.Module):
+class ToST(TransformerClassifier):
     """ToST classifier on the XCiT backbone: conv stem, Fourier position encoding, TSSA layers, class
     token and class-attention blocks, LayerNorm, linear head on the class token (``global_pool="avg"``:
-    the mean of the patch tokens)."""
+    the mean of the patch tokens). The timm API is ``TransformerClassifier``'s; the TSSA layers carry no
+    class token (``blocks_prefix_tokens = 0``)."""
+
+    blocks_prefix_tokens = 0
 
     def __init__(
         self,
@@ -110,12 +113,13 @@ class ToST(nn.Module):
         tokens_norm: bool = True,
     ) -> None:
         super().__init__()
-        _check_pool(global_pool)
+        check_pool(global_pool)
         norm_layer = norm_layer or partial(nn.LayerNorm, eps=1e-6)
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.num_prefix_tokens = 1
+        self.pool_include_prefix = False
         self.grad_checkpointing = False
 
         self.patch_embed = ConvStem(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
@@ -154,6 +158,7 @@ class ToST(nn.Module):
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
         self.norm = norm_layer(embed_dim)
+        self.fc_norm = nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         trunc_normal_(self.cls_token, std=0.02)
@@ -172,106 +177,30 @@ class ToST(nn.Module):
             cls_attn_blocks=[(r"^cls_attn_blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
-    @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self.num_classes = num_classes
-        if global_pool is not None:
-            _check_pool(global_pool)
-            self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
-
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         """Patch tokens plus the Fourier position encoding of their grid (no class token yet)."""
         x, (height, width) = self.patch_embed(images)
         position = self.pos_embed(x.shape[0], height, width).reshape(x.shape[0], -1, x.shape[1]).permute(0, 2, 1)
         return self.pos_drop(x + position)
 
-    def _class_attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Prepend the class token and run the class-attention blocks."""
+    def _after_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """Prepend the class token, run the class-attention blocks, normalise."""
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         for block in self.cls_attn_blocks:
             if self.grad_checkpointing and not torch.jit.is_scripting():
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return x
-
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | list[int] | None = None,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Outputs of the TSSA layers in ``indices`` (last n if an int, all if None): patch tokens only
-        (the class token joins after them), on their grid (``NCHW``) or as a sequence (``NLC``)."""
-        if output_fmt not in ("NCHW", "NLC"):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        batch, height, width = x.shape[0], x.shape[-2], x.shape[-1]
-        x = self._embed(x)
-        blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
-        intermediates = []
-        for index, block in enumerate(blocks):
-            x = checkpoint(block, x, use_reentrant=False) if self.grad_checkpointing else block(x)
-            if index in take_indices:
-                intermediates.append(self.norm(x) if norm else x)
-        if output_fmt == "NCHW":
-            patch = self.patch_embed.patch_size
-            height, width = height // patch[0], width // patch[1]
-            intermediates = [
-                y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
-            ]
-        if intermediates_only:
-            return intermediates
-        return self.norm(self._class_attention(x)), intermediates
+        return self.norm(x)
 
     def prune_intermediate_layers(
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
         """Drop the layers after the last one in ``indices`` (and the class attention, norm and head if asked)."""
-        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        self.blocks = self.blocks[: max_index + 1]
-        if prune_norm:
-            self.norm = nn.Identity()
+        take_indices = super().prune_intermediate_layers(indices, prune_norm, prune_head)
         if prune_head:
             self.cls_attn_blocks = nn.ModuleList()
-            self.reset_classifier(0, "")
         return take_indices
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> normalised tokens (B, 1 + N, d), the class token first."""
-        x = self._embed(x)
-        if self.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint_seq(self.blocks, x)
-        else:
-            x = self.blocks(x)
-        return self.norm(self._class_attention(x))
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        if self.global_pool == "avg":
-            x = x[:, self.num_prefix_tokens :].mean(dim=1)
-        elif self.global_pool == "token":
-            x = x[:, 0]
-        x = self.head_drop(x)
-        return x if pre_logits else self.head(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-
-def _check_pool(global_pool: str) -> None:
-    if global_pool not in ("", "token", "avg"):
-        raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
 
 
 def _init_weights(module: nn.Module) -> None:
