@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -52,18 +52,34 @@ def test_probe_starts_from_the_pretrained_encoder_and_trains_only_the_head(tmp_p
     assert trainable == {"head.weight", "head.bias"}
 
 
-def test_decoder_is_measured_under_its_own_keys() -> None:
+def test_decoder_is_measured_under_its_own_keys_as_the_official_measurement_would() -> None:
+    from test_trace import official_coding_rate
+
     torch.manual_seed(0)
     model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0).eval()
     images = torch.randn(8, 1, 16, 16)
-    encoder = layer_rate_values(model, images, quantities=("Rc_before_attention", "Rc_after_attention"))
-    decoder = layer_rate_values(model, images, quantities=("Rc_before_attention", "Rc_after_attention"), decoder=True)
-    assert set(encoder) == {
-        f"rate/{q}/layer_{i}" for q in ("Rc_before_attention", "Rc_after_attention") for i in range(4)
-    }
+    quantities = ("Rc_before_attention", "Rc_after_attention")
+    encoder = layer_rate_values(model, images, quantities=quantities)
+    decoder = layer_rate_values(model, images, quantities=quantities, decoder=True)
+    assert set(encoder) == {f"rate/{q}/layer_{i}" for q in quantities for i in range(4)}
     assert set(decoder) == {k.replace("rate/", "rate_decoder/") for k in encoder}
-    assert all(math.isfinite(v) for v in decoder.values())
-    assert decoder != {k.replace("rate/", "rate_decoder/"): v for k, v in encoder.items()}
+    # independently: what each decoder MSSA's projection outputs (a hook on `qkv`, as the official
+    # measurement code does) on the probe masked with the monitor's seed, through the official formula
+    outputs: list[np.ndarray] = []
+
+    def hook(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        batch, tokens, _ = output.shape
+        outputs.append(output.detach().double().numpy().reshape(batch, tokens, 4, -1).transpose(0, 2, 1, 3))
+
+    handles = [block.attn.qkv.register_forward_hook(hook) for block in model.decoder_blocks]
+    noise = torch.rand(8, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.forward_mae(images, noise=noise)
+    for handle in handles:
+        handle.remove()
+    for layer, X in enumerate(outputs):
+        expected = official_coding_rate(X)
+        assert decoder[f"rate_decoder/Rc_before_attention/layer_{layer}"] == pytest.approx(expected, rel=1e-6)
 
 
 def _final(path: Path, key: str) -> float:
@@ -93,3 +109,25 @@ def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp
         cli_main([*args, *extra, *QUIET])
         accuracies[name] = _final(tmp_path / name / "version_0" / "metrics.csv", "val/acc")
     assert accuracies["pretrained"] > accuracies["random"] + 0.05, accuracies
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["missing", "corrupt", "another model"])
+def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
+    from conftest import run_train
+
+    if case == "missing":
+        path, message = tmp_path / "absent.ckpt", "absent.ckpt"
+    elif case == "corrupt":
+        path, message = tmp_path / "truncated.ckpt", "corrupt or truncated"
+        model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0)
+        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
+        path.write_bytes(path.read_bytes()[:5000])
+    else:
+        path, message = REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors", "does not fit crate_mae"
+    proc = run_train(
+        "fit", "--config", PROBE, "--model.pretrained_file", str(path), "--log_root", str(tmp_path / "logs")
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr, proc.stderr[-1500:]

@@ -76,7 +76,7 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
     try:
         return parser.instantiate_classes(config).data
     except ValueError as err:  # the DataModule's own refusal, not jsonargparse's wrapping of it
-        raise innermost_refusal(err) from err
+        raise innermost_refusal(err, final=(CheckpointError,)) from err
 
 
 def model_in_chans(model: torch.nn.Module) -> int:

@@ -173,7 +173,7 @@ class CrateCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except ValueError as err:
-            cause = innermost_refusal(err)
+            cause = innermost_refusal(err, final=(CheckpointError, DataError))
             if isinstance(cause, (CheckpointError, DataError, FileNotFoundError)):
                 raise cause from err
             raise ConfigError(str(cause)) from err
