@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +132,19 @@ def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_imagefolder_pretraining_config_runs_on_a_folder(tmp_path: Path) -> None:
+    from test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "images", classes=2, per_class=8)
+    config = str(REPO / "configs" / "crate_mae_nano_imagefolder.yaml")
+    args = ["fit", "--config", config, "--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
+    cli_main(
+        [*args, "--trainer.max_epochs", "1", "--log_root", str(tmp_path / "logs"), *QUIET],
+        model_class=MaskedAutoencoder,
+    )
+    run = tmp_path / "logs" / "crate_mae_nano_imagefolder" / "version_0"
+    assert (run / "checkpoints" / "last.ckpt").exists()
+    assert math.isfinite(_final(run / "metrics.csv", "val/loss"))
