@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from crate.layers import ISTA, MSSA, subspace_attention
+from crate.layers.mssa import _SharedQKVAttention
 from crate.models.crate import CrateBlock
 
 
@@ -96,6 +97,39 @@ def test_attention_core_uses_bf16_matmuls_under_cpu_autocast() -> None:
     # SDPA is not autocast on CPU and would return float32; the explicit bf16 path returns bfloat16.
     assert low.dtype == torch.bfloat16
     assert (low.float() - reference).abs().max().item() <= 0.1
+
+
+def _literal_shared_attention(w: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(scale w w^T) w, written out per batch and head with autograd deriving the gradient."""
+    return torch.stack(
+        [torch.stack([torch.softmax(scale * wk @ wk.T, dim=-1) @ wk for wk in wb]) for wb in w.unbind(0)]
+    )
+
+
+def test_shared_qkv_attention_backward_matches_float64_autograd_and_finite_differences() -> None:
+    torch.manual_seed(5)
+    w = torch.randn(2, 3, 9, 4, dtype=torch.float64, requires_grad=True)
+    # the hand-written backward (q = k = v) against numerical differentiation of the forward
+    assert torch.autograd.gradcheck(lambda t: _SharedQKVAttention.apply(t, 0.5), (w,))
+    upstream = torch.randn(2, 3, 9, 4, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(_literal_shared_attention(w, 0.5), w, upstream)
+    (ours,) = torch.autograd.grad(_SharedQKVAttention.apply(w, 0.5), w, upstream)
+    assert (ours - grad).abs().max().item() <= 1e-12
+
+
+def test_bf16_attention_core_gradient_is_the_float64_gradient_to_bf16_rounding() -> None:
+    torch.manual_seed(6)
+    w = torch.randn(2, 3, 33, 16)
+    upstream = torch.randn(2, 3, 33, 16)
+    exact = w.double().requires_grad_()
+    (grad,) = torch.autograd.grad(_literal_shared_attention(exact, 0.25), exact, upstream.double())
+    low = w.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = subspace_attention(low, 0.25)
+    assert out.dtype == torch.bfloat16 and out.grad_fn is not None
+    (ours,) = torch.autograd.grad(out, low, upstream.bfloat16())
+    scale = grad.abs().max().item()
+    assert (ours.double() - grad).abs().max().item() <= 0.03 * scale
 
 
 def test_ista_runs_whole_in_bf16_under_cpu_autocast_and_trains_the_fp32_dictionary() -> None:

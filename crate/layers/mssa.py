@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -14,7 +16,7 @@ __all__ = ["MSSA", "subspace_attention"]
 
 
 def _prefers_explicit_matmuls(w: torch.Tensor) -> bool:
-    """True where explicit matmuls beat ``scaled_dot_product_attention`` (measured on AVX-512 bf16 CPUs).
+    """True where explicit bf16 matmuls beat ``scaled_dot_product_attention`` (measured on AVX-512 bf16 CPUs).
 
     On CPU under bf16 autocast SDPA is not autocast and stays in fp32, and on bf16 inputs its CPU
     kernel is slower than two bf16 matmuls; everywhere else SDPA is the faster (or equal) choice.
@@ -24,16 +26,52 @@ def _prefers_explicit_matmuls(w: torch.Tensor) -> bool:
     return w.dtype == torch.bfloat16 or cpu_autocast_dtype(w) == torch.bfloat16
 
 
+class _SharedQKVAttention(torch.autograd.Function):
+    """softmax(scale w w^T) w for one tensor w (B, K, N, p), with the backward pass written for q = k = v.
+
+    With S = scale w w^T, A = softmax(S) row-wise and O = A w, the gradient of O with respect to w has three
+    terms, one through each use of w:
+
+        dA = dO w^T,    dS = A * (dA - rowsum(A * dA)),    dw = A^T dO + scale (dS w + dS^T w).
+
+    Autograd of the explicit form computes the same products, but through the copies and transposed layouts
+    of three separate operands (query, key, value); here w is one contiguous tensor that all six matmuls
+    read in place, and the scale is applied once.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, w: torch.Tensor, scale: float) -> torch.Tensor:
+        # the scale goes on w (N x p per head), not on the N x N scores: a third of the elements at
+        # CRATE-T's N = 197, p = 64
+        attn = torch.matmul(w * scale, w.transpose(-2, -1)).softmax(dim=-1)
+        ctx.save_for_backward(w, attn)
+        ctx.scale = scale
+        return torch.matmul(attn, w)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        w, attn = ctx.saved_tensors
+        grad_scores = torch._softmax_backward_data(torch.matmul(grad, w.transpose(-2, -1)), attn, -1, attn.dtype)
+        grad_w = torch.matmul(attn.transpose(-2, -1), grad)
+        grad_w = torch.baddbmm(grad_w.flatten(0, -3), grad_scores.flatten(0, -3), w.flatten(0, -3), alpha=ctx.scale)
+        grad_w = torch.baddbmm(grad_w, grad_scores.transpose(-2, -1).flatten(0, -3), w.flatten(0, -3), alpha=ctx.scale)
+        return grad_w.view_as(w), None
+
+
 def subspace_attention(w: torch.Tensor, scale: float, dropout_p: float = 0.0) -> torch.Tensor:
     """Attention with one tensor as query, key and value: softmax(w w^T * scale) w.
 
-    ``w`` has shape (B, K, N, p): per head k the projected tokens w_k = U_k^T z as rows. In eager mode
-    on CPU under bf16 the explicit bf16 matmuls are used; scripted, traced or exported graphs take SDPA.
+    ``w`` has shape (B, K, N, p): per head k the projected tokens w_k = U_k^T z as rows. On CPU in bf16
+    (bf16 tensors or CPU bf16 autocast), eager or under ``torch.compile``, explicit bf16 matmuls are used,
+    through :class:`_SharedQKVAttention` when there is no attention dropout; elsewhere, and in scripted,
+    traced or exported graphs, SDPA.
     """
     if not torch.jit.is_scripting():  # TorchScript skips this block; FX tracing takes SDPA
         if not is_fx_symbolic_tracing() and _prefers_explicit_matmuls(w):
-            # the scale goes on w (N x p per head), not on the N x N scores: a third of the elements at
-            # CRATE-T's N = 197, p = 64, in the forward and the backward pass
+            if dropout_p == 0.0:
+                low = cpu_autocast_dtype(w) or w.dtype
+                with torch.autocast("cpu", enabled=False):
+                    return _SharedQKVAttention.apply(w.to(low).contiguous(), scale)
             attn = torch.matmul(w * scale, w.transpose(-2, -1))
             attn = attn.softmax(dim=-1)
             if dropout_p > 0.0:
