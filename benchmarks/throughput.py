@@ -12,7 +12,7 @@ says what CRATE's layout costs against a ViT.
 
 For every (model, dtype, mode) the zoo model and its reference run interleaved, ``--repeats`` times
 ``--steps`` steps each; the figures are medians. A training step is forward, cross-entropy, backward and
-an AdamW step; inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
+an AdamW step (torch's fused AdamW, as the zoo's recipes use, for both models); inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
 (weights and optimizer in float32). Compiled means ``torch.compile`` of both models (compilation is done
 in warm-up steps, not timed; dynamo's caches are reset for every case); a compiled row also times the
 reference uncompiled, as the official code runs (``vs ref eager``), in the same interleaved rounds.
@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from official_layouts import OfficialCRATE, OfficialCrateAlpha  # noqa: E402
 
 import crate  # noqa: E402,F401  (registers the zoo)
+from crate.lit.optimization import fused_kwargs  # noqa: E402
 from crate.models.convert import checkpoint_filter_fn  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -124,7 +125,8 @@ class Runner:
         generator = torch.Generator(device="cpu").manual_seed(1)
         self.x = torch.randn(case.batch, 3, case.img, case.img, generator=generator).to(device)
         self.y = torch.randint(0, case.classes, (case.batch,), generator=generator).to(device)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if train else None
+        params = list(model.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=1e-4, **fused_kwargs("adamw", params)) if train else None
 
     def step(self) -> None:
         if self.train:

@@ -72,9 +72,10 @@ def test_optimizer_groups_skip_norms_biases_and_embeddings_and_apply_layer_decay
             assert group["weight_decay"] == (0.0 if no_decay else 0.05), name
     scales = sorted({group["lr_scale"] for group in groups})
     assert scales[-1] == 1.0 and scales[0] == pytest.approx(0.5**5)  # stem, 4 blocks, head: 6 layer ids
+    assert type(trainer.optimizers[0]) is torch.optim.AdamW and trainer.optimizers[0].defaults["fused"]
     lion = _fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, optimizer="lion"), steps=1)
     assert type(lion.optimizers[0]).__module__.startswith("timm.optim")  # timm's own Lion, no extra package
-    assert type(lion.optimizers[0]).__name__ == "Lion"
+    assert type(lion.optimizers[0]).__name__ == "Lion" and "fused" not in lion.optimizers[0].defaults
     with pytest.raises(ValueError, match="unknown optimizer"):
         ImageClassifier("crate_nano_patch4_32", optimizer="adamww")
 

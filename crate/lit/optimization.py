@@ -3,7 +3,8 @@
 ``timm.optim.create_optimizer_v2`` (any timm optimizer name; weight decay on weight matrices only,
 skipping norms, biases and the model's ``no_weight_decay()``; optional layer-wise learning-rate decay)
 and timm's ``CosineLRScheduler`` stepped per optimizer update: linear warmup, then cosine decay to
-``min_lr_ratio * lr``.
+``min_lr_ratio * lr``. Adam and AdamW take torch's fused kernel where the parameters allow it
+(:func:`fused_kwargs`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,21 @@ from typing import Any
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 
-__all__ = ["TimmOptimization"]
+__all__ = ["TimmOptimization", "fused_kwargs"]
 
 _BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
+_FUSED_OPTIMIZERS = ("adam", "adamw")  # timm names of torch.optim.Adam / AdamW, which have a fused kernel
+
+
+def fused_kwargs(optimizer: str, params: Any) -> dict[str, bool]:
+    """``{"fused": True}`` for torch's Adam/AdamW when every parameter is a floating tensor on the CPU or a
+    CUDA device, else ``{}``. The fused kernel is the same update as the default multi-tensor (foreach)
+    one, in one pass over each parameter: about 3x faster on CRATE-T's 5.7M parameters on a 2-core CPU
+    (``benchmarks/throughput.py`` times the step with it)."""
+    if optimizer.lower() not in _FUSED_OPTIMIZERS:
+        return {}
+    devices = {(p.device.type, p.is_floating_point()) for p in params}
+    return {"fused": True} if devices and devices <= {("cpu", True), ("cuda", True)} else {}
 
 
 class TimmOptimization:
@@ -26,6 +39,7 @@ class TimmOptimization:
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
+        extra.update(fused_kwargs(hp.optimizer, (p for p in self.model.parameters() if p.requires_grad)))
         optimizer = create_optimizer_v2(
             self.model, opt=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
         )
