@@ -10,12 +10,14 @@ checkpoint conversion, and the logits are checked equal before anything is timed
 official CRATE layout of its own; it is timed against the official CRATE of the same size, so its ratio
 says what CRATE's layout costs against a ViT.
 
-For every (model, dtype, mode) the zoo model and its reference run interleaved, ``--repeats`` times
-``--steps`` steps each; the figures are medians. A training step is forward, cross-entropy, backward and
-an AdamW step (torch's fused AdamW, as the zoo's recipes use, for both models); inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
+Every (model, dtype, mode) case runs in its own Python process (a case measured after others in one
+process inherits their allocator state and compiled-code caches). Within a case the zoo model and its
+reference run interleaved, ``--repeats`` times ``--steps`` steps each; the figures are medians. A training
+step is forward, cross-entropy, backward and an AdamW step (torch's fused AdamW, as the zoo's recipes use,
+for both models); inference is a forward pass without gradients in eval mode. bf16 is CPU/CUDA autocast
 (weights and optimizer in float32). Compiled means ``torch.compile`` of both models (compilation is done
-in warm-up steps, not timed; dynamo's caches are reset for every case); a compiled row also times the
-reference uncompiled, as the official code runs (``vs ref eager``), in the same interleaved rounds.
+in warm-up steps, not timed); a compiled row also times the reference uncompiled, as the official code
+runs (``vs ref eager``), in the same interleaved rounds.
 
 Model FLOPs utilisation (MFU): the model FLOPs of one training step, three times the forward pass's matmul
 FLOPs counted by ``torch.utils.flop_counter`` (the backward of a matmul is two matmuls of its size; the
@@ -34,7 +36,9 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -202,9 +206,7 @@ class MatmulPeak:
 
 
 def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps: int, repeats: int, peak_size: int):
-    # Compiled code is cached per Python function, and models of one family share theirs: without a reset,
-    # later cases hit dynamo's recompile limit and silently run eagerly.
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # a fresh cache when called more than once in a process (compiled code is per function)
     model, reference = _build(case, device)
     flops = _train_flops(model, case, device)
     peak = MatmulPeak(device, dtype, peak_size)
@@ -236,7 +238,8 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
         if train:
             row["matmul_peak_flop_s"] = statistics.median(peaks)
             row["train_mfu"] = flops / median["ours"] / row["matmul_peak_flop_s"]
-            row["train_reference_mfu"] = flops / median["reference"] / row["matmul_peak_flop_s"] if case.same_model else None
+            reference_mfu = flops / median["reference"] / row["matmul_peak_flop_s"]
+            row["train_reference_mfu"] = reference_mfu if case.same_model else None
             row["train_gflop_per_step"] = flops / 1e9
             row["memory_mib"] = _memory_bytes(runners["ours"]) / 2**20
             row["reference_memory_mib"] = _memory_bytes(runners["reference"]) / 2**20
@@ -262,6 +265,20 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _measure_in_subprocess(args: argparse.Namespace, name: str, dtype: str, mode: str) -> dict[str, Any]:
+    """One case in a fresh interpreter: a case run after others in the same process inherits their
+    allocator state, thread pools and compiled-code caches, and was measured up to 20% slower."""
+    with tempfile.TemporaryDirectory() as tmp:
+        row_out = Path(tmp) / "row.json"
+        command = [sys.executable, __file__, "--models", name, "--dtypes", dtype, "--modes", mode]
+        command += ["--steps", str(args.steps), "--repeats", str(args.repeats), "--peak-size", str(args.peak_size)]
+        command += ["--device", args.device, "--row-out", str(row_out)]
+        proc = subprocess.run(command, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"the {name} {dtype} {mode} case failed (exit {proc.returncode}); see its output above")
+        return json.loads(row_out.read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {list(CASES)}")
@@ -272,16 +289,29 @@ def main() -> None:
     parser.add_argument("--peak-size", type=int, default=2048)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latest.json"))
+    parser.add_argument("--row-out", help=argparse.SUPPRESS)  # internal: one case, its row written here
     args = parser.parse_args()
     device = torch.device(args.device)
-    dtypes, modes = args.dtypes.split(","), args.modes.split(",")
-    rows = []
-    for name in args.models.split(","):
+    names, dtypes, modes = args.models.split(","), args.dtypes.split(","), args.modes.split(",")
+    for name in names:
         if name not in CASES:
             parser.error(f"unknown model {name!r}; choose from {list(CASES)}")
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            parser.error(f"unknown dtype {dtype!r}; choose from {list(DTYPES)}")
+    for mode in modes:
+        if mode not in ("eager", "compiled"):
+            parser.error(f"unknown mode {mode!r}; choose from ['eager', 'compiled']")
+    if args.row_out:
+        compiled = modes[0] == "compiled"
+        row = measure(CASES[names[0]], device, dtypes[0], compiled, args.steps, args.repeats, args.peak_size)
+        Path(args.row_out).write_text(json.dumps(row))
+        return
+    rows = []
+    for name in names:
         for dtype in dtypes:
             for mode in modes:
-                row = measure(CASES[name], device, dtype, mode == "compiled", args.steps, args.repeats, args.peak_size)
+                row = _measure_in_subprocess(args, name, dtype, mode)
                 rows.append(row)
                 print(_table([row]).splitlines()[2], flush=True)
     table = _table(rows)
