@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -146,3 +147,19 @@ def test_ista_runs_whole_in_bf16_under_cpu_autocast_and_trains_the_fp32_dictiona
     assert layer.weight.grad is not None and layer.weight.grad.dtype == torch.float32
     outside = layer(x)  # autocast off again: the float32 step
     assert outside.dtype == torch.float32 and (outside.double() - literal).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nonnegative_part_under_compile_is_max_x_0_with_its_gradient(dtype: torch.dtype) -> None:
+    from crate.layers.ista import nonnegative_part
+
+    torch.manual_seed(0)
+    values = torch.cat([torch.randn(1000) * 10, torch.tensor([1e-30, -1e-30, 3e30, -3e30, -0.0])]).to(dtype)
+    compiled = torch.compile(nonnegative_part, fullgraph=True, dynamic=False)
+    for function in (nonnegative_part, compiled):
+        x = values.clone().requires_grad_(True)
+        out = function(x)
+        out.backward(torch.ones_like(out))
+        expected = torch.from_numpy(np.maximum(values.double().numpy(), 0.0))
+        assert out.dtype == dtype and torch.equal(out.double(), expected)
+        assert torch.equal(x.grad.double()[:-1], torch.from_numpy((values.double().numpy() > 0)[:-1] * 1.0))

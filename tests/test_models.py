@@ -101,3 +101,24 @@ def test_unknown_model_name_gets_a_clear_error() -> None:
 def test_factory_builds_timm_models_without_img_size() -> None:
     model = create_classifier("resnet10t", num_classes=4, in_chans=1, img_size=32)
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)
+
+
+def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64() -> None:
+    from crate.models.vit import TwinAttention
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_nano_patch4_32")
+    attn = model.blocks[0].attn
+    assert type(attn) is TwinAttention
+    x = torch.randn(2, 17, 96)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(x)
+    # float64, written from the definition: per head softmax(q k^T / sqrt(p)) v, heads concatenated, projected
+    x64, heads, width = x.double(), attn.num_heads, attn.head_dim
+    q, k, v = (x64 @ attn.qkv.weight.double().T + attn.qkv.bias.double()).split(heads * width, dim=-1)
+    q, k, v = (t.reshape(2, 17, heads, width).transpose(1, 2) for t in (q, k, v))
+    mixed = torch.softmax(q @ k.transpose(-2, -1) / width**0.5, dim=-1) @ v
+    expected = mixed.transpose(1, 2).reshape(2, 17, 96) @ attn.proj.weight.double().T + attn.proj.bias.double()
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - expected).abs().max() <= 0.02 * expected.abs().max()
+    assert torch.allclose(attn(x).double(), expected, atol=1e-5)  # float32: timm's forward

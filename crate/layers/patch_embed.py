@@ -113,7 +113,8 @@ class PatchEmbed(_PatchGrid):
         patches = patches.reshape(batch, (height // ph) * (width // pw), chans * ph * pw)
         order = self._channel_major_order(x.device)
         norm_in = self.norm_in
-        patches = F.layer_norm(patches, norm_in.normalized_shape, norm_in.weight[order], norm_in.bias[order], norm_in.eps)
+        weight, bias = norm_in.weight[order], norm_in.bias[order]
+        patches = F.layer_norm(patches, norm_in.normalized_shape, weight, bias, norm_in.eps)
         return self.norm_out(F.linear(patches, self.proj.weight[:, order], self.proj.bias))
 
 

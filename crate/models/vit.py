@@ -12,19 +12,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from timm.layers import Attention, Format, PatchEmbed, nchw_to
+from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from crate.layers import AttentionTrace, BlockTrace, check_image_input, register_trace_adapter
+from crate.layers.precision import cpu_autocast_dtype
 
 from .checkpoint import pretrained_kwargs
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .shipped import digits_cfg
 
-__all__ = ["ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
+__all__ = ["TwinAttention", "ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
 
 
 class TwinPatchEmbed(PatchEmbed):
@@ -46,10 +49,11 @@ class TwinPatchEmbed(PatchEmbed):
 
 
 class ViTTwin(VisionTransformer):
-    """timm's VisionTransformer with the zoo's input check in its patch embedding."""
+    """timm's VisionTransformer with the zoo's input check in its patch embedding and ``TwinAttention``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("embed_layer", TwinPatchEmbed)
+        kwargs.setdefault("attn_layer", TwinAttention)
         super().__init__(*args, **kwargs)
 
 
@@ -59,25 +63,63 @@ def query_subspaces(attn: nn.Module) -> torch.Tensor:
     return query.reshape(attn.num_heads, attn.head_dim, -1).transpose(1, 2)
 
 
+class TwinAttention(Attention):
+    """timm's ``Attention`` (same parameters, same outputs) whose core is explicit matmuls under CPU autocast.
+
+    PyTorch's CPU flash-attention backward is slow in bfloat16 at these head sizes: on this zoo's
+    ``vit_nano_patch4_32`` (head dimension 24) it took more than half of the bf16 training step, which ran
+    slower than the fp32 one, while the explicit core (timm's own non-fused path) ran the step 2.4x faster.
+    Elsewhere (float32, CUDA) the core is ``F.scaled_dot_product_attention`` as in timm.
+    """
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        gate = self.gate(x).sigmoid() if self.gate is not None else None
+        q, k, v = self.heads(x)
+        if self.fused_attn and not _explicit_core_is_faster(x):
+            dropout = self.attn_drop.p if self.training else 0.0
+            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal)
+        else:
+            logits = (q * self.scale) @ k.transpose(-2, -1)
+            logits = maybe_add_mask(logits, resolve_self_attn_mask(x.shape[1], logits, attn_mask, is_causal))
+            mixed = self.attn_drop(logits.softmax(dim=-1)) @ v
+        return self.merge_heads(mixed, gate)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values, (batch, heads, tokens, head_dim) each, q and k normed as timm does."""
+        batch, tokens, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        return self.q_norm(q), self.k_norm(k), v
+
+    def merge_heads(self, mixed: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """The heads' outputs concatenated, normed, gated and projected, as timm does."""
+        batch, _, tokens, _ = mixed.shape
+        out = self.norm(mixed.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim))
+        if gate is not None:
+            out = out * gate
+        return self.proj_drop(self.proj(out))
+
+
+def _explicit_core_is_faster(x: torch.Tensor) -> bool:
+    if not torch.jit.is_scripting():  # TorchScript and FX tracing keep timm's choice
+        if not is_fx_symbolic_tracing():
+            return cpu_autocast_dtype(x) is not None
+    return False
+
+
 def _trace_attention(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, AttentionTrace]:
     """timm's ``Attention.forward`` with explicit scores and maps (same output, same operations); an attention
     of the zoo (kernel, primal-dual) records its own."""
     if hasattr(attn, "forward_trace"):
         return attn.forward_trace(x)
-    if type(attn) is not Attention:
+    if type(attn) not in (Attention, TwinAttention):
         raise TypeError(f"the ViT trace adapter reads timm's Attention, not {type(attn).__name__}")
-    batch, tokens, _ = x.shape
     gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-    qkv = attn.qkv(x).reshape(batch, tokens, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv.unbind(0)
-    q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k, v = TwinAttention.heads(attn, x)  # timm's Attention has the same attributes
     logits = (q * attn.scale) @ k.transpose(-2, -1)
     attention = logits.softmax(dim=-1)
-    out = (attn.attn_drop(attention) @ v).transpose(1, 2).reshape(batch, tokens, attn.num_heads * attn.head_dim)
-    out = attn.norm(out)
-    if gate is not None:
-        out = out * gate
-    return attn.proj_drop(attn.proj(out)), AttentionTrace(logits, attention, v)
+    out = TwinAttention.merge_heads(attn, attn.attn_drop(attention) @ v, gate)
+    return out, AttentionTrace(logits, attention, v)
 
 
 def trace_vit_block(block: nn.Module, x: torch.Tensor, attention: bool = True) -> tuple[torch.Tensor, BlockTrace]:
