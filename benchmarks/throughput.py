@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--steps", type=int, default=3, help="steps per timing")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved timings per model; medians")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved timings per model; medians")
     parser.add_argument("--peak-size", type=int, default=2048)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latest.json"))
