@@ -103,16 +103,20 @@ def test_factory_builds_timm_models_without_img_size() -> None:
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)
 
 
-def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64() -> None:
-    from crate.models.vit import TwinAttention
+def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crate.models.vit as vit
 
     torch.manual_seed(0)
     model = timm.create_model("vit_nano_patch4_32")
     attn = model.blocks[0].attn
-    assert type(attn) is TwinAttention
+    assert type(attn) is vit.TwinAttention
     x = torch.randn(2, 17, 96)
+    sdpa_calls = []
+    sdpa = vit.F.scaled_dot_product_attention
+    monkeypatch.setattr(vit.F, "scaled_dot_product_attention", lambda *a, **k: sdpa_calls.append(1) or sdpa(*a, **k))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = attn(x)
+    assert not sdpa_calls  # the explicit core under CPU autocast
     # float64, written from the definition: per head softmax(q k^T / sqrt(p)) v, heads concatenated, projected
     x64, heads, width = x.double(), attn.num_heads, attn.head_dim
     q, k, v = (x64 @ attn.qkv.weight.double().T + attn.qkv.bias.double()).split(heads * width, dim=-1)
@@ -121,4 +125,5 @@ def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64() -> 
     expected = mixed.transpose(1, 2).reshape(2, 17, 96) @ attn.proj.weight.double().T + attn.proj.bias.double()
     assert out.dtype == torch.bfloat16
     assert (out.double() - expected).abs().max() <= 0.02 * expected.abs().max()
-    assert torch.allclose(attn(x).double(), expected, atol=1e-5)  # float32: timm's forward
+    assert torch.allclose(attn(x).double(), expected, atol=1e-5)  # float32: timm's fused forward
+    assert sdpa_calls == [1]

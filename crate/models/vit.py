@@ -73,16 +73,24 @@ class TwinAttention(Attention):
     """
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        if not self.fused_attn or _explicit_core_is_faster(x):
+            return self.explicit(x, attn_mask, is_causal)[0]
         gate = self.gate(x).sigmoid() if self.gate is not None else None
         q, k, v = self.heads(x)
-        if self.fused_attn and not _explicit_core_is_faster(x):
-            dropout = self.attn_drop.p if self.training else 0.0
-            mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal)
-        else:
-            logits = (q * self.scale) @ k.transpose(-2, -1)
-            logits = maybe_add_mask(logits, resolve_self_attn_mask(x.shape[1], logits, attn_mask, is_causal))
-            mixed = self.attn_drop(logits.softmax(dim=-1)) @ v
+        dropout = self.attn_drop.p if self.training else 0.0
+        mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal)
         return self.merge_heads(mixed, gate)
+
+    def explicit(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """timm's non-fused forward, also returning what the trace reads: (output, scores, maps, values)."""
+        gate = self.gate(x).sigmoid() if self.gate is not None else None
+        q, k, v = self.heads(x)
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        logits = maybe_add_mask(logits, resolve_self_attn_mask(x.shape[1], logits, attn_mask, is_causal))
+        attention = logits.softmax(dim=-1)
+        return self.merge_heads(self.attn_drop(attention) @ v, gate), logits, attention, v
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values, (batch, heads, tokens, head_dim) each, q and k normed as timm does."""
@@ -114,11 +122,7 @@ def _trace_attention(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, At
         return attn.forward_trace(x)
     if type(attn) not in (Attention, TwinAttention):
         raise TypeError(f"the ViT trace adapter reads timm's Attention, not {type(attn).__name__}")
-    gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-    q, k, v = TwinAttention.heads(attn, x)  # timm's Attention has the same attributes
-    logits = (q * attn.scale) @ k.transpose(-2, -1)
-    attention = logits.softmax(dim=-1)
-    out = TwinAttention.merge_heads(attn, attn.attn_drop(attention) @ v, gate)
+    out, logits, attention, v = TwinAttention.explicit(attn, x)  # timm's Attention has the same attributes
     return out, AttentionTrace(logits, attention, v)
 
 
