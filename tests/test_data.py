@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from crate.data import ResumableDataLoader
 from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
 from crate.lit.data.augmentation import train_transform
 from crate.lit.data.folder import DataError
@@ -90,10 +91,17 @@ def test_training_loader_resumes_mid_epoch_and_not_past_a_finished_epoch() -> No
     assert len(rest) == 14
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(epoch_one[9:], rest, strict=True))
 
-    done = data.train_dataloader()
-    done.load_state_dict({"epoch": 0, "batches": 23})  # stopped at the end of epoch 0
-    done.resumable_sampler.set_epoch(1)  # what Lightning does when epoch 1 starts
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(epoch_one, list(done), strict=True))
+    # Stopped at the end of epoch 0. Lightning makes the resumed run's first iterator before it sets the
+    # sampler's epoch, and a loader with workers draws indices at once: the state alone must say epoch 1.
+    finished = ResumableDataLoader(mid.dataset, batch_size=64, batches_done=lambda: 23)
+    assert finished.state_dict() == {"epoch": 1, "batches": 0}
+    limited = ResumableDataLoader(mid.dataset, batch_size=64, batches_done=lambda: 5, epoch_batches=lambda: 5)
+    assert limited.state_dict() == {"epoch": 1, "batches": 0}  # limit_train_batches=5 ends epochs after 5
+    data.num_workers = 1  # a worker process: indices are drawn when the iterator is made
+    for state in ({"epoch": 1, "batches": 0}, {"epoch": 0, "batches": 23}):  # the second: older checkpoints
+        done = data.train_dataloader()
+        done.load_state_dict(state)
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(epoch_one, list(done), strict=True))
 
     other = data.train_dataloader()
     other.resumable_sampler.set_epoch(2)

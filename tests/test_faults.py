@@ -66,6 +66,31 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
         assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
 
 
+def test_resume_from_an_epoch_end_checkpoint_with_loader_workers_trains_the_next_epoch_bitwise_equal(
+    tmp_path: Path,
+) -> None:
+    # Lightning makes a resumed run's first training iterator before it sets the sampler's epoch, and a
+    # loader with worker processes draws its indices at once: resuming from an epoch-end checkpoint once
+    # replayed the finished epoch's position, skipped every batch and trained nothing in the next epoch.
+    step_saves = SHORT.index("--latest_checkpoint.every_n_train_steps")  # leave out: save at epoch ends
+    every_epoch = [*SHORT[:step_saves], *SHORT[step_saves + 2 :], "--latest_checkpoint.save_top_k", "-1"]
+    whole = tmp_path / "whole"
+    _ok(run_train("fit", "--config", DEFAULT, *every_epoch, "--log_root", str(whole)))
+    epoch_end = _run_dir(whole) / "latest-epoch000-step000023.ckpt"
+    assert epoch_end.is_file(), sorted(p.name for p in _run_dir(whole).iterdir())
+
+    resumed = tmp_path / "resumed"
+    proc = run_train(
+        "fit", "--config", DEFAULT, *every_epoch, "--data.num_workers", "1", "--log_root", str(resumed),
+        "--ckpt_path", str(epoch_end),
+    )  # fmt: skip
+    _ok(proc)
+    assert torch.load(_run_dir(resumed) / "last.ckpt", weights_only=True)["global_step"] == 46
+    reference, ours = _weights(_run_dir(whole) / "last.ckpt"), _weights(_run_dir(resumed) / "last.ckpt")
+    for key in reference:
+        assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
+
+
 def test_non_finite_weights_stop_the_run_naming_the_step_and_keep_good_checkpoints(tmp_path: Path) -> None:
     poison = _extra_config(
         tmp_path, "poison", [{"class_path": "helpers.PoisonWeightsAtStep", "init_args": {"step": 12}}]

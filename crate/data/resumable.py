@@ -128,7 +128,8 @@ class ResumableDataLoader(DataLoader):
     """A DataLoader over a :class:`ResumableSampler` that can be saved and restored mid-epoch.
 
     ``batches_done`` tells how many batches of the current epoch the training loop has consumed (loaders
-    prefetch, so the loader's own count runs ahead of the loop's).
+    prefetch, so the loader's own count runs ahead of the loop's); ``epoch_batches`` how many it takes from
+    an epoch (default: all of them; Lightning's ``limit_train_batches`` takes fewer).
     """
 
     def __init__(
@@ -138,6 +139,7 @@ class ResumableDataLoader(DataLoader):
         seed: int = 0,
         shuffle: bool = True,
         batches_done: Callable[[], int] | None = None,
+        epoch_batches: Callable[[], float] | None = None,
         **kwargs: Any,
     ) -> None:
         self.resumable_sampler = ResumableSampler(len(dataset), seed=seed, shuffle=shuffle)
@@ -145,12 +147,22 @@ class ResumableDataLoader(DataLoader):
         kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
         super().__init__(dataset, batch_size=batch_size, sampler=self.resumable_sampler, **kwargs)
         self._batches_done = batches_done
+        self._epoch_batches = epoch_batches or (lambda: len(self))
 
     def state_dict(self) -> dict[str, int]:
-        done = self._batches_done() if self._batches_done is not None else 0
-        return {"epoch": self.resumable_sampler.epoch, "batches": int(done)}
+        """Where the next batch comes from: ``{"epoch", "batches"}`` (batches of that epoch already done)."""
+        done = int(self._batches_done()) if self._batches_done is not None else 0
+        epoch = self.resumable_sampler.epoch
+        if done >= self._epoch_batches():  # a finished epoch: the next batch is the first of the next one
+            return {"epoch": epoch + 1, "batches": 0}
+        return {"epoch": epoch, "batches": done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        epoch = int(state["epoch"])
+        """Continue from ``state``. The epoch is set here, not left to the trainer: Lightning makes the first
+        iterator of a resumed run before it sets the sampler's epoch, and a loader with worker processes
+        draws its first indices as soon as the iterator exists."""
+        epoch, done = int(state["epoch"]), int(state["batches"])
+        if done >= len(self):  # written at the end of an epoch (by an older state_dict)
+            epoch, done = epoch + 1, 0
         self.resumable_sampler.set_epoch(epoch)
-        self.resumable_sampler.skip_next(int(state["batches"]) * int(self.batch_size), epoch)
+        self.resumable_sampler.skip_next(done * int(self.batch_size), epoch)

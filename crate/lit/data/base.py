@@ -75,6 +75,12 @@ class ImageDataModule(L.LightningDataModule):
         trainer = self.trainer
         return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
 
+    def _epoch_batches(self) -> float:
+        """Batches the training loop takes from an epoch (``limit_train_batches`` may take fewer than all)."""
+        if self.trainer is not None:
+            return self.trainer.num_training_batches
+        return len(self._train_loader) if self._train_loader is not None else float("inf")
+
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are asked for")
@@ -83,6 +89,7 @@ class ImageDataModule(L.LightningDataModule):
             batch_size=self.batch_size,
             seed=self.seed,
             batches_done=self._batches_done,
+            epoch_batches=self._epoch_batches,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
