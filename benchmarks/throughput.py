@@ -27,6 +27,11 @@ compared with; the median). Memory: on CUDA the peak
 allocated; on CPU the bytes of the activations saved for the backward pass (what grows with batch and
 depth), counted by a saved-tensors hook.
 
+``--vit`` also times timm's ``VisionTransformer`` of the same width, depth, heads and tokens (MLP ratio 4)
+in the same rounds, compiled or not like the zoo model (columns "vs timm ViT"). CRATE-S and CRATE-B at 224
+are GPU cases (``--models crate_small_patch16_224,crate_base_patch16_224``); ``--batch`` sets the batch of
+every case (128 on a GPU, where 16 leaves it idle).
+
 Writes ``benchmarks/results/latest.json`` (or ``--out``) and prints a table.
 """
 
@@ -40,14 +45,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import timm
 import torch
 import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -65,40 +70,55 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 @dataclass(frozen=True)
 class Case:
-    """A zoo model, its reference, and the input it is timed on."""
+    """A zoo model, the sizes of its official reference (and of timm's matched ViT), and its input batch."""
 
     name: str
-    classes: int
     img: int
+    patch: int
+    dim: int
+    depth: int
+    heads: int
+    classes: int
     batch: int
-    reference: Callable[[], nn.Module]
-    same_model: bool  # the reference computes the same function (logits checked equal)
+    reference: str = "crate"  # "crate" or "crate_alpha": which official layout
+    same_model: bool = True  # the reference computes the same function (logits checked equal)
 
+    def official(self) -> nn.Module:
+        layout = OfficialCrateAlpha if self.reference == "crate_alpha" else OfficialCRATE
+        return layout(
+            image=self.img, patch=self.patch, classes=self.classes, dim=self.dim, depth=self.depth, heads=self.heads
+        )
 
-def _official_crate(img: int, patch: int, classes: int, dim: int, depth: int, heads: int) -> Callable[[], nn.Module]:
-    return lambda: OfficialCRATE(image=img, patch=patch, classes=classes, dim=dim, depth=depth, heads=heads)
+    def timm_vit(self) -> nn.Module:
+        """timm's ViT of the same width, depth, heads and tokens (MLP ratio 4, timm's default)."""
+        return VisionTransformer(
+            img_size=self.img,
+            patch_size=self.patch,
+            num_classes=self.classes,
+            embed_dim=self.dim,
+            depth=self.depth,
+            num_heads=self.heads,
+        )
 
 
 CASES = {
-    "crate_tiny_patch16_224": Case(
-        "crate_tiny_patch16_224", 1000, 224, 16, _official_crate(224, 16, 1000, 384, 12, 6), True
-    ),
-    "crate_nano_patch4_32": Case("crate_nano_patch4_32", 10, 32, 64, _official_crate(32, 4, 10, 96, 4, 4), True),
-    "crate_alpha_nano_patch4_32": Case(
-        "crate_alpha_nano_patch4_32",
-        10,
-        32,
-        64,
-        lambda: OfficialCrateAlpha(image=32, patch=4, classes=10, dim=96, depth=4, heads=4),
-        True,
-    ),
-    "vit_nano_patch4_32": Case("vit_nano_patch4_32", 10, 32, 64, _official_crate(32, 4, 10, 96, 4, 4), False),
+    case.name: case
+    for case in (
+        Case("crate_tiny_patch16_224", 224, 16, 384, 12, 6, 1000, batch=16),
+        Case("crate_small_patch16_224", 224, 16, 576, 12, 12, 1000, batch=16),
+        Case("crate_base_patch16_224", 224, 16, 768, 12, 12, 1000, batch=16),
+        Case("crate_nano_patch4_32", 32, 4, 96, 4, 4, 10, batch=64),
+        Case("crate_alpha_nano_patch4_32", 32, 4, 96, 4, 4, 10, batch=64, reference="crate_alpha"),
+        Case("vit_nano_patch4_32", 32, 4, 96, 4, 4, 10, batch=64, same_model=False),
+    )
 }
+# `make bench` on a CPU: the CPU-scale families and CRATE-T (S and B are for GPUs: --models ...).
+CPU_DEFAULT = ["crate_tiny_patch16_224", "crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "vit_nano_patch4_32"]
 
 
 def _build(case: Case, device: torch.device) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    reference = case.reference().to(device)
+    reference = case.official().to(device)
     model = timm.create_model(case.name, num_classes=case.classes).to(device)
     if case.same_model:
         model.load_state_dict(checkpoint_filter_fn(reference.state_dict(), model))
@@ -205,7 +225,9 @@ class MatmulPeak:
         return 2 * self.size**3 / seconds
 
 
-def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps: int, repeats: int, peak_size: int):
+def measure(
+    case: Case, device: torch.device, dtype: str, compiled: bool, steps: int, repeats: int, peak_size: int, vit: bool
+) -> dict[str, Any]:
     torch._dynamo.reset()  # a fresh cache when called more than once in a process (compiled code is per function)
     model, reference = _build(case, device)
     flops = _train_flops(model, case, device)
@@ -213,6 +235,11 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
     row: dict[str, Any] = {"model": case.name, "dtype": dtype, "mode": "compiled" if compiled else "eager"}
     row["batch"] = case.batch
     row["reference"] = "official layout" if case.same_model else "official CRATE of the same size"
+    baseline = None
+    if vit:
+        torch.manual_seed(0)
+        baseline = case.timm_vit().to(device)
+        row["vit_train_gflop_per_step"] = _train_flops(baseline, case, device) / 1e9
     peaks: list[float] = []
     peak.time(1)
     for phase, train in (("train", True), ("infer", False)):
@@ -220,6 +247,8 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
         runners["reference"] = Runner(reference, case, device, dtype, train, compiled)
         if compiled:  # the official code as it ships: not compiled
             runners["reference_eager"] = Runner(reference, case, device, dtype, train, False)
+        if baseline is not None:  # timm's ViT of the same size, compiled or not like the zoo model
+            runners["vit"] = Runner(baseline, case, device, dtype, train, compiled)
         for runner in runners.values():  # warm-up (compilation happens here)
             runner.time(2)
         times: dict[str, list[float]] = {name: [] for name in runners}
@@ -227,7 +256,7 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
             for name, runner in runners.items():
                 times[name].append(runner.time(steps))
             if train:  # the peak is timed between the steps it is compared with
-                peaks.append(peak.flop_s(peak.time(1)))
+                peaks.append(peak.flop_s(peak.time(steps)))
         median = {name: statistics.median(values) for name, values in times.items()}
         row[f"{phase}_img_s"] = case.batch / median["ours"]
         row[f"{phase}_reference_img_s"] = case.batch / median["reference"]
@@ -235,6 +264,9 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
         if compiled:
             row[f"{phase}_reference_eager_img_s"] = case.batch / median["reference_eager"]
             row[f"{phase}_ratio_vs_reference_eager"] = median["reference_eager"] / median["ours"]
+        if baseline is not None:
+            row[f"{phase}_vit_img_s"] = case.batch / median["vit"]
+            row[f"{phase}_ratio_vs_vit"] = median["vit"] / median["ours"]
         if train:
             row["matmul_peak_flop_s"] = statistics.median(peaks)
             row["train_mfu"] = flops / median["ours"] / row["matmul_peak_flop_s"]
@@ -243,25 +275,41 @@ def measure(case: Case, device: torch.device, dtype: str, compiled: bool, steps:
             row["train_gflop_per_step"] = flops / 1e9
             row["memory_mib"] = _memory_bytes(runners["ours"]) / 2**20
             row["reference_memory_mib"] = _memory_bytes(runners["reference"]) / 2**20
+            if baseline is not None:
+                row["vit_train_mfu"] = row["vit_train_gflop_per_step"] * 1e9 / median["vit"] / row["matmul_peak_flop_s"]
+                row["vit_memory_mib"] = _memory_bytes(runners["vit"]) / 2**20
     return row
 
 
+def _ratio(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]:.2f}x" if key in row else "-"
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
-    lines = [
+    """Markdown table of the rows; the timm ViT columns only when some row timed it."""
+    vit = any("train_ratio_vs_vit" in r for r in rows)
+    head = (
         "| model | dtype | mode | train img/s (ref) | train ratio | vs ref eager | MFU (peak GFLOP/s) | "
-        "infer img/s (ref) | infer ratio | vs ref eager | memory MiB (ref) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        "infer img/s (ref) | infer ratio | vs ref eager | memory MiB (ref) |"
+    )
+    if vit:
+        head += " train vs timm ViT | infer vs timm ViT | timm ViT MFU | timm ViT memory MiB |"
+    lines = [head, "|---" * head.count(" | ") + "|---|"]
     for r in rows:
         train = f"{r['train_img_s']:.1f} ({r['train_reference_img_s']:.1f})"
         infer = f"{r['infer_img_s']:.1f} ({r['infer_reference_img_s']:.1f})"
-        train_eager = f"{r['train_ratio_vs_reference_eager']:.2f}x" if "train_ratio_vs_reference_eager" in r else "-"
-        infer_eager = f"{r['infer_ratio_vs_reference_eager']:.2f}x" if "infer_ratio_vs_reference_eager" in r else "-"
-        lines.append(
-            f"| {r['model']} | {r['dtype']} | {r['mode']} | {train} | {r['train_ratio']:.2f}x | {train_eager} | "
+        line = (
+            f"| {r['model']} | {r['dtype']} | {r['mode']} | {train} | {r['train_ratio']:.2f}x | "
+            f"{_ratio(r, 'train_ratio_vs_reference_eager')} | "
             f"{r['train_mfu']:.0%} ({r['matmul_peak_flop_s'] / 1e9:.0f}) | {infer} | {r['infer_ratio']:.2f}x | "
-            f"{infer_eager} | {r['memory_mib']:.0f} ({r['reference_memory_mib']:.0f}) |"
+            f"{_ratio(r, 'infer_ratio_vs_reference_eager')} | {r['memory_mib']:.0f} ({r['reference_memory_mib']:.0f}) |"
         )
+        if vit:
+            vit_mfu = f"{r['vit_train_mfu']:.0%}" if "vit_train_mfu" in r else "-"
+            vit_memory = f"{r['vit_memory_mib']:.0f}" if "vit_memory_mib" in r else "-"
+            vit_ratios = f"{_ratio(r, 'train_ratio_vs_vit')} | {_ratio(r, 'infer_ratio_vs_vit')}"
+            line += f" {vit_ratios} | {vit_mfu} | {vit_memory} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -273,6 +321,7 @@ def _measure_in_subprocess(args: argparse.Namespace, name: str, dtype: str, mode
         command = [sys.executable, __file__, "--models", name, "--dtypes", dtype, "--modes", mode]
         command += ["--steps", str(args.steps), "--repeats", str(args.repeats), "--peak-size", str(args.peak_size)]
         command += ["--device", args.device, "--row-out", str(row_out)]
+        command += (["--batch", str(args.batch)] if args.batch else []) + (["--vit"] if args.vit else [])
         proc = subprocess.run(command, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"the {name} {dtype} {mode} case failed (exit {proc.returncode}); see its output above")
@@ -281,11 +330,13 @@ def _measure_in_subprocess(args: argparse.Namespace, name: str, dtype: str, mode
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {list(CASES)}")
+    parser.add_argument("--models", default=",".join(CPU_DEFAULT), help=f"comma-separated, of {list(CASES)}")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--steps", type=int, default=3, help="steps per timing")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved timings per model; medians")
+    parser.add_argument("--batch", type=int, help="images per step instead of each model's default")
+    parser.add_argument("--vit", action="store_true", help="also time timm's ViT of the same width, depth, heads")
     parser.add_argument("--peak-size", type=int, default=2048)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latest.json"))
@@ -302,9 +353,12 @@ def main() -> None:
     for mode in modes:
         if mode not in ("eager", "compiled"):
             parser.error(f"unknown mode {mode!r}; choose from ['eager', 'compiled']")
+    if args.batch is not None and args.batch < 1:
+        parser.error(f"--batch must be a positive number of images, got {args.batch}")
     if args.row_out:
         compiled = modes[0] == "compiled"
-        row = measure(CASES[names[0]], device, dtypes[0], compiled, args.steps, args.repeats, args.peak_size)
+        case = replace(CASES[names[0]], batch=args.batch) if args.batch else CASES[names[0]]
+        row = measure(case, device, dtypes[0], compiled, args.steps, args.repeats, args.peak_size, args.vit)
         Path(args.row_out).write_text(json.dumps(row))
         return
     rows = []

@@ -25,7 +25,7 @@ from crate.data.digits import load_digits_tensors  # noqa: E402
 
 def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
     case = throughput.CASES["crate_nano_patch4_32"]
-    other = replace(case, reference=throughput._official_crate(32, 4, 10, 96, 4, 2))  # 2 heads, not 4
+    other = replace(case, heads=2)  # the official layout with 2 heads, not the zoo model's 4
     with pytest.raises(RuntimeError, match="logits differ"):
         throughput._build(other, torch.device("cpu"))
     model, reference = throughput._build(case, torch.device("cpu"))  # the real pair passes the check
@@ -36,25 +36,31 @@ def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
 def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> None:
     out = tmp_path / "latest.json"
     args = ["--models", "crate_nano_patch4_32", "--dtypes", "fp32,bf16", "--modes", "eager", "--steps", "1"]
-    args += ["--repeats", "1", "--out", str(out)]
+    args += ["--repeats", "1", "--batch", "8", "--vit", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "throughput.py"), *args], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert [row["dtype"] for row in result["rows"]] == ["fp32", "bf16"]
-    # FLOPs of one training step, written out from crate_nano's sizes (batch 64, 64 patches of 4x4x3 and a
+    # FLOPs of one training step, written out from crate_nano's sizes (batch 8, 64 patches of 4x4x3 and a
     # class token, width 96, 4 layers, 10 classes). Forward: patch embedding, then per layer the shared
     # projection, scores, attention-weighted sum, output projection and ISTA's two matmuls, then the
     # head. A training step counts three times the forward (the backward of a matmul is two of its size).
     tokens, width, layers = 65, 96, 4
-    linear = 2 * 64 * 48 * width + layers * 2 * (2 * tokens * width * width + 2 * tokens * width * width)
-    linear += 2 * width * 10
+    embed_and_head = 2 * 64 * 48 * width + 2 * width * 10
     attention = layers * 2 * (2 * tokens * tokens * width)
-    expected_gflop = 64 * 3 * (linear + attention) / 1e9
+    linear = embed_and_head + layers * 2 * (2 * tokens * width * width + 2 * tokens * width * width)
+    expected_gflop = 8 * 3 * (linear + attention) / 1e9
+    # timm's ViT of the same sizes: q, k, v and output projections (4 d^2) and a 4x MLP (8 d^2) per token
+    vit_linear = embed_and_head + layers * 2 * tokens * 12 * width * width
+    expected_vit_gflop = 8 * 3 * (vit_linear + attention) / 1e9
     for row in result["rows"]:
+        assert row["batch"] == 8
         assert row["train_gflop_per_step"] == pytest.approx(expected_gflop, rel=1e-9)
+        assert row["vit_train_gflop_per_step"] == pytest.approx(expected_vit_gflop, rel=1e-9)
         assert 0 < row["train_mfu"] < 1.5  # a share of the matmul peak measured in the same run
+        assert row["train_ratio_vs_vit"] == pytest.approx(row["train_img_s"] / row["train_vit_img_s"])
     fp32 = result["rows"][0]
     assert fp32["reference_memory_mib"] > fp32["memory_mib"] > 0  # the reference keeps its N x N maps
     assert "| crate_nano_patch4_32 | bf16 | eager |" in proc.stdout
@@ -102,3 +108,20 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
     summary = json.loads(out.with_suffix(".json").read_text())
     runs = summary["results"]["crate_nano_patch4_32"]["runs"]
     assert [run["seed"] for run in runs] == [0, 1] and all(0 <= run["accuracy"] <= 1 for run in runs)
+
+
+@pytest.mark.slow
+def test_preset_cycle_resumes_validates_and_reloads_through_timm(tmp_path: Path) -> None:
+    out = tmp_path / "presets.json"
+    args = ["--presets", "cpu_bf16_compile", "--model", "crate_nano_patch4_32", "--img-size", "32", "--epochs", "1"]
+    args += ["--batch", "64", "--workers", "1", "--out", str(out)]
+    script = str(REPO / "benchmarks" / "gpu_presets.py")
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (record,) = json.loads(out.read_text())["presets"]
+    assert record["steps"] == 23  # 1437 training digits in batches of 64
+    assert record["resume_epoch"] == 1  # the resumed run trained the next epoch
+    assert record["resume_val_acc"] == record["validate_val_acc"]  # validate reads the last checkpoint
+    assert record["wrapper_prefixes"] == []  # no _orig_mod. from the compiled model
+    # the weights through timm, eager, against the compiled model under train.py validate (bf16 near-ties)
+    assert abs(record["timm_reload_acc"] - record["validate_val_acc"]) <= 3 / 360
