@@ -22,8 +22,8 @@ runs (``vs ref eager``), in the same interleaved rounds.
 Model FLOPs utilisation (MFU): the model FLOPs of one training step, three times the forward pass's matmul
 FLOPs counted by ``torch.utils.flop_counter`` (the backward of a matmul is two matmuls of its size; the
 optimizer is not counted), per second, over the matmul peak of the
-same dtype (a square matmul of ``--peak-size``, timed once in every round between the training steps it is
-compared with; the median). Memory: on CUDA the peak
+same dtype (a square matmul of ``--peak-size``, timed ``--steps`` times in every round between the training
+steps it is compared with; the median of the rounds). Memory: on CUDA the peak
 allocated; on CPU the bytes of the activations saved for the backward pass (what grows with batch and
 depth), counted by a saved-tensors hook.
 

@@ -76,10 +76,9 @@ class ImageDataModule(L.LightningDataModule):
         return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
 
     def _epoch_batches(self) -> float:
-        """Batches the training loop takes from an epoch (``limit_train_batches`` may take fewer than all)."""
-        if self.trainer is not None:
-            return self.trainer.num_training_batches
-        return len(self._train_loader) if self._train_loader is not None else float("inf")
+        """Batches the training loop takes from an epoch (``limit_train_batches`` may take fewer than all;
+        outside a fit no batch is ever done, so the count does not matter there)."""
+        return self.trainer.num_training_batches if self.trainer is not None else float("inf")
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
