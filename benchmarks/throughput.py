@@ -20,11 +20,11 @@ in warm-up steps, not timed); a compiled row also times the reference uncompiled
 runs (``vs ref eager``), in the same interleaved rounds.
 
 Model FLOPs utilisation (MFU): the model FLOPs of one training step, three times the forward pass's matmul
-FLOPs counted by ``torch.utils.flop_counter`` (the backward of a matmul is two matmuls of its size; the
-optimizer is not counted), per second, over the matmul peak of the
-same dtype (a square matmul of ``--peak-size``, timed ``--steps`` times in every round between the training
-steps it is compared with; the median of the rounds). Memory: on CUDA the peak
-allocated; on CPU the bytes of the activations saved for the backward pass (what grows with batch and
+FLOPs counted by ``torch.utils.flop_counter`` with the attention formula of ``flops.py``, the same on every
+torch release (the backward of a matmul is two matmuls of its size; the optimizer is not counted), per
+second, over the matmul peak of the same dtype (a square matmul of ``--peak-size``, timed ``--steps``
+times in every round between the training steps it is compared with; the median of the rounds). Memory:
+on CUDA the peak allocated; on CPU the bytes of the activations saved for the backward pass (what grows with batch and
 depth), counted by a saved-tensors hook.
 
 ``--vit`` also times timm's ``VisionTransformer`` of the same width, depth, heads and tokens (MLP ratio 4)
@@ -54,11 +54,11 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from flops import flop_counter  # noqa: E402  (benchmarks/ is the script's own folder)
 from official_layouts import OfficialCRATE, OfficialCrateAlpha  # noqa: E402
 
 import crate  # noqa: E402,F401  (registers the zoo)
@@ -181,7 +181,7 @@ def _train_flops(model: nn.Module, case: Case, device: torch.device) -> int:
     """
     x = torch.randn(case.batch, 3, case.img, case.img, device=device)
     model.train()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), flop_counter() as counter:
         model(x)
     return 3 * counter.get_total_flops()
 

@@ -19,8 +19,21 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import throughput  # noqa: E402
 from augmentation_recipes import write_digits_folder  # noqa: E402
+from flops import flop_counter  # noqa: E402
 
 from crate.data.digits import load_digits_tensors  # noqa: E402
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("keys,value_dim", [(65, 24), (17, 8)])
+def test_flop_counter_counts_attention_as_its_two_matmuls(grad: bool, keys: int, value_dim: int) -> None:
+    # whichever kernel SDPA picks (a fused CPU kernel without gradients, the math path's bmm with them and
+    # unequal shapes), the count is Q K^T plus the weighted sum: 2 B H L S E + 2 B H L S Ev
+    q = torch.randn(2, 4, 65, 24, requires_grad=grad)
+    k, v = torch.randn(2, 4, keys, 24), torch.randn(2, 4, keys, value_dim)
+    with torch.set_grad_enabled(grad), flop_counter() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert counter.get_total_flops() == 2 * 2 * 4 * 65 * keys * 24 + 2 * 2 * 4 * 65 * keys * value_dim
 
 
 def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
