@@ -3,10 +3,11 @@
     python -m crate.export logs/crate_nano_digits/version_0/checkpoints/last.ckpt \\
         --out checkpoints/crate_nano_patch4_32.digits.safetensors
 
-(also installed as ``crate-export``). Writes ``NAME.safetensors``, the card ``NAME.md`` and its data
-``NAME.json`` (architecture, data, recipe, epochs, validation accuracy measured on the exported file,
-the command that produced it, sha256). Load the result with
-``timm.create_model(model_name, pretrained=True, pretrained_cfg_overlay=dict(file=PATH))``.
+(also installed as ``crate-export``). Writes ``NAME.safetensors`` (its metadata records the architecture,
+its settings and the run's data config), the card ``NAME.md`` and its data ``NAME.json`` (architecture,
+data, recipe, epochs, validation accuracy measured on the exported file over the data the run held out,
+the command that produced it, the line that loads it, sha256). Every zoo classifier exports; a
+masked-pretraining checkpoint (no classifier) is refused: probe or fine-tune it first.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from typing import Any
 
 import timm
 import torch
-import yaml
 from safetensors.torch import save_file
+from timm.models import get_pretrained_cfg
 
-from crate.data.digits import load_digits_tensors
-from crate.layers import patch_embed_in_chans
+from crate.interpret.loading import describe_data, held_out_accuracy, held_out_set
+from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
-from crate.models import CRATE, Checkpoint, CheckpointError, ViTTwin, checkpoint_filter_fn, read_checkpoint
+from crate.lit.run_record import module_kind
+from crate.models import Checkpoint, CheckpointError, checkpoint_filter_fn, read_checkpoint
 
-__all__ = ["digits_accuracy", "export_checkpoint", "main"]
+__all__ = ["export_checkpoint", "load_call", "load_line", "main"]
+
+# constructor settings of a run that describe how it started, not the architecture
+_NOT_ARCHITECTURE = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate")
 
 
 def _read_lightning_checkpoint(path: Path) -> Checkpoint:
@@ -39,40 +44,67 @@ def _read_lightning_checkpoint(path: Path) -> Checkpoint:
             f"{held.describe()}: not a Lightning checkpoint of crate.lit.ImageClassifier; export works on the "
             ".ckpt files that train.py writes"
         )
+    if module_kind(held) == "MaskedAutoencoder" or "num_classes" not in held.lightning["hyper_parameters"]:
+        raise CheckpointError(
+            f"{held.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "
+            "Probe or fine-tune it first (train.py fit --config configs/crate_mae_nano_digits_probe.yaml "
+            "--model.pretrained_file PATH) and export that run"
+        )
     return held
 
 
-def digits_accuracy(model: torch.nn.Module, img_size: int = 32, batch_size: int = 256) -> float:
-    """Top-1 accuracy on the embedded digits validation split (the split DigitsDataModule uses)."""
-    in_chans = patch_embed_in_chans(model.patch_embed)
-    _, val = load_digits_tensors(img_size=img_size, in_chans=in_chans)
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(val), batch_size):
-            images, labels = val.images[start : start + batch_size], val.labels[start : start + batch_size]
-            correct += int((model(images).argmax(dim=-1) == labels).sum())
-    return correct / len(val)
+def load_call(model_name: str, out: Path, model_config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(name, keyword arguments) of the ``timm.create_model`` call that builds the exported model from its
+    file: the pretrained tag where one names this file, else the architecture with the file and every
+    setting it was trained with."""
+    tag = out.name[: -len(".safetensors")]
+    if "." in tag:
+        try:
+            cfg_file = get_pretrained_cfg(tag).file
+        except (RuntimeError, AttributeError, KeyError):  # not a registered tag
+            cfg_file = None
+        if cfg_file and Path(cfg_file).resolve() == out.resolve():
+            return tag, {"pretrained": True}
+    settings = {k: v for k, v in model_config.items() if k != "model_kwargs" and v is not None}
+    overlay = {"file": str(out)}
+    return model_name, {
+        "pretrained": True,
+        "pretrained_cfg_overlay": overlay,
+        **settings,
+        **model_config["model_kwargs"],
+    }
+
+
+def load_line(name: str, kwargs: dict[str, Any]) -> str:
+    """``timm.create_model(...)`` written out as Python (the card's load line)."""
+    return f"timm.create_model({name!r}, " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
 def _run_config(ckpt: Path) -> dict[str, Any]:
-    """The LightningCLI config.yaml of the run the checkpoint belongs to (``<run>/checkpoints/x.ckpt``)."""
+    """The LightningCLI config.yaml of the run the checkpoint belongs to (``<run>/checkpoints/x.ckpt``): the
+    trainer's precision and the seed, for the card's recipe."""
+    import yaml
+
     config = ckpt.resolve().parent.parent / "config.yaml"
-    return yaml.safe_load(config.read_text()) if config.is_file() else {}
+    return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
 
 
 def _card_markdown(card: dict[str, Any]) -> str:
     recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
     accuracy = card["val_accuracy"]
-    accuracy_line = f"{accuracy:.4f}" if accuracy is not None else "not measured (not digits data)"
+    accuracy_line = (
+        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out"
+        if accuracy is not None
+        else f"not measured ({card['accuracy_note']})"
+    )
     return f"""# {card["name"]}
 
 - architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, \
 {card["num_classes"]} classes
 - data: {card["data"]}
 - trained: {card["epochs"]} epochs, {card["global_step"]} optimizer steps
-- validation accuracy, measured on this file at export: **{accuracy_line}**
-- load: `timm.create_model("{card["timm_name"]}", pretrained=True)` after `import crate`
+- validation accuracy, measured on this file at export: {accuracy_line}
+- load (after `import crate, timm`): `{card["load"]}`
 - sha256 of `{card["file"]}`: `{card["sha256"]}`
 
 ## Recipe
@@ -91,13 +123,33 @@ def _card_markdown(card: dict[str, Any]) -> str:
 
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
+_RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
+
+
+def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(f"{prefix}{key}.", value))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def export_checkpoint(
-    ckpt: str | Path, out: str | Path, train_command: str = "", dtype: str = "float32"
+    ckpt: str | Path,
+    out: str | Path,
+    train_command: str = "",
+    dtype: str = "float32",
+    data_overrides: dict[str, Any] | None = None,
+    measure: bool = True,
 ) -> dict[str, Any]:
     """Write ``out`` (safetensors, floating tensors stored as ``dtype``) and its card from a Lightning
-    checkpoint; return the card's data. The card's accuracy is measured on the written file."""
+    checkpoint; return the card's data. The card's accuracy is measured on the written file, over the
+    validation split of the data config the checkpoint records (``data_overrides`` of its settings, such as
+    ``{"root": DIR}`` for data that moved; ``measure=False`` leaves it unmeasured). A checkpoint that
+    records no data is exported without an accuracy, and its card says so."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     ckpt, out = Path(ckpt), Path(out)
@@ -105,54 +157,49 @@ def export_checkpoint(
         raise ValueError(f"--out must end in .safetensors, got {out}")
     checkpoint = _read_lightning_checkpoint(ckpt)
     hp = checkpoint.lightning["hyper_parameters"]
+    model_kwargs = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE}
     model = create_classifier(
-        hp["model_name"],
-        hp["num_classes"],
-        hp.get("in_chans", 3),
-        hp.get("img_size"),
-        **(hp.get("model_kwargs") or {}),
+        hp["model_name"], hp["num_classes"], hp.get("in_chans", 3), hp.get("img_size"), **model_kwargs
     )
-    if not isinstance(model, (CRATE, ViTTwin)):
+    if not type(model).__module__.startswith("crate."):
         raise CheckpointError(
             f"{ckpt} holds {hp['model_name']}, a timm model outside the zoo: export writes zoo models, whose "
             "exported files timm loads back through the zoo; save this model's weights with "
             "timm.models.load_checkpoint / torch.save instead"
         )
     model.load_state_dict(checkpoint_filter_fn(checkpoint.state_dict, model))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    model_config = {
+        "num_classes": hp["num_classes"],
+        "in_chans": hp.get("in_chans", 3),
+        "img_size": hp.get("img_size"),
+        "model_kwargs": model_kwargs,
+    }
+    metadata = {"model_name": hp["model_name"], "format": "pt", "model_config": json.dumps(model_config)}
+    if checkpoint.data_config is not None:
+        metadata["data_config"] = json.dumps(checkpoint.data_config)
     state = {
         k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
     }
-    save_file(state, str(out), metadata={"model_name": hp["model_name"], "format": "pt"})
-
-    reloaded = timm.create_model(
-        hp["model_name"],
-        pretrained=True,
-        pretrained_cfg_overlay=dict(
-            file=str(out),
-            num_classes=hp["num_classes"],
-            input_size=(hp.get("in_chans", 3), *model.patch_embed.img_size),
-        ),
-        num_classes=hp["num_classes"],
-        in_chans=hp.get("in_chans", 3),
-        img_size=hp.get("img_size"),
-        **(hp.get("model_kwargs") or {}),
-    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
+    save_file(state, str(out), metadata=metadata)
+    try:
+        accuracy, images, note = None, None, ""
+        if checkpoint.data_config is None:
+            note = "the checkpoint records no data config, and no config.yaml lies beside its run"
+        elif not measure:
+            note = "export was asked not to measure it"
+        else:
+            reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
+            held_out = held_out_set(checkpoint.data_config, reloaded, data_overrides)
+            accuracy, images = held_out_accuracy(reloaded, held_out), len(held_out)
+    except BaseException:
+        out.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
+    data = checkpoint.data_config or {}
     config = _run_config(ckpt)
-    data = config.get("data", {})
-    is_digits = str(data.get("class_path", "")).endswith("DigitsDataModule")
-    accuracy = digits_accuracy(reloaded, img_size=hp.get("img_size") or 32) if is_digits else None
-    recipe_keys = (
-        "optimizer",
-        "lr",
-        "min_lr_ratio",
-        "weight_decay",
-        "betas",
-        "warmup_epochs",
-        "label_smoothing",
-    )
-    recipe = {k: hp[k] for k in recipe_keys if k in hp}
-    recipe.update({f"data.{k}": v for k, v in (data.get("init_args") or {}).items()})
+    recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
+    recipe.update(_flatten("data.", data.get("init_args") or {}))
     recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
     recipe["seed"] = config.get("seed_everything")
     name = out.name[: -len(".safetensors")]
@@ -163,15 +210,18 @@ def export_checkpoint(
         "parameters": sum(p.numel() for p in model.parameters()),
         "num_classes": hp["num_classes"],
         "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
-        "data": data.get("class_path", "unknown")
-        + (" (scikit-learn digits, stratified 80/20 split)" if is_digits else ""),
+        "data": describe_data(data) if data else "unknown (the checkpoint records no data config)",
+        "data_config": data or None,
         "epochs": checkpoint.lightning["epoch"] + 1,
         "global_step": checkpoint.lightning["global_step"],
         "val_accuracy": accuracy,
+        "val_images": images,
+        "accuracy_note": note,
         "recipe": recipe,
         "file": out.name,
         "dtype": dtype,
         "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+        "load": load_line(load_name, load_kwargs),
         "train_command": train_command
         or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
         "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
@@ -187,15 +237,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="the .safetensors file to write (card written next to it)")
     parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="storage type of the weights")
+    parser.add_argument("--data-root", default=None, help="where the run's data lies now, if it moved")
+    parser.add_argument(
+        "--no-accuracy", action="store_true", help="do not measure the accuracy (the card then states none)"
+    )
     args = parser.parse_args(argv)
+    overrides = {"root": args.data_root} if args.data_root else None
     try:
-        card = export_checkpoint(args.checkpoint, args.out, args.train_command, args.dtype)
-    except (FileNotFoundError, CheckpointError, ValueError) as err:
-        parser.exit(2, f"crate-export: error: {err}\n")
+        card = export_checkpoint(
+            args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy
+        )
+    except (FileNotFoundError, CheckpointError, DataError, ValueError) as err:
+        hint = (
+            ""
+            if isinstance(err, CheckpointError)
+            else " (the run's data must be readable: --data-root DIR where it lies now, or --no-accuracy)"
+        )
+        parser.exit(2, f"crate-export: error: {err}{hint}\n")
     accuracy = card["val_accuracy"]
     print(
         f"wrote {args.out} ({card['parameters']:,} parameters"
-        + (f", val accuracy {accuracy:.4f})" if accuracy is not None else ")")
+        + (f", val accuracy {accuracy:.4f} on {card['val_images']} held-out images)" if accuracy is not None else ")")
     )
 
 

@@ -13,8 +13,8 @@ import torch
 
 import crate  # noqa: F401
 from crate.data.digits import load_digits_tensors
-from crate.export import digits_accuracy
 from crate.interpret import load_model
+from crate.interpret.loading import held_out_accuracy
 from crate.lit import DigitsDataModule, ImageClassifier
 from crate.models import CheckpointError, read_checkpoint
 from crate.models.shipped import shipped_checkpoint
@@ -53,7 +53,8 @@ def test_num_classes_with_a_file_means_the_file_has_that_many_for_every_family(n
     overlay = dict(file=shipped_checkpoint(f"{name}.digits.safetensors"))
     model = timm.create_model(name, pretrained=True, num_classes=10, in_chans=1, pretrained_cfg_overlay=overlay)
     card = (REPO / "checkpoints" / f"{name}.digits.json").read_text()
-    assert f'"val_accuracy": {digits_accuracy(model)}' in card  # the shipped weights, not a fresh head
+    accuracy = held_out_accuracy(model, load_digits_tensors(32, 1)[1])
+    assert f'"val_accuracy": {accuracy}' in card  # the shipped weights, not a fresh head
     with pytest.raises(CheckpointError, match=r"head has 10 classes.*num_classes=3"):
         timm.create_model(name, pretrained=True, num_classes=3, in_chans=1, pretrained_cfg_overlay=overlay)
     reset = timm.create_model(

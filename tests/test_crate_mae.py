@@ -172,3 +172,25 @@ def test_pretraining_loss_falls_on_digits() -> None:
         optimizer.step()
     after = held_out_loss()
     assert math.isfinite(after) and after < 0.8 * before
+
+
+def test_masked_pretraining_recomputes_every_block_under_gradient_checkpointing() -> None:
+    # a checkpointed block starts its forward twice in a training step (once more in the backward, which may
+    # stop the recomputation early: so pre-hooks count, not forward hooks); count the calls of every encoder
+    # and decoder block in one forward_mae + backward, with checkpointing off and on
+    torch.manual_seed(0)
+    model = timm.create_model("crate_mae_nano_patch4_32").train()
+    images = torch.randn(2, 3, 32, 32)
+    blocks = list(model.blocks) + list(model.decoder_blocks)
+    calls = {False: [0] * len(blocks), True: [0] * len(blocks)}
+
+    def counter(enabled: bool, index: int):
+        return lambda *_: calls[enabled].__setitem__(index, calls[enabled][index] + 1)
+
+    for enabled in (False, True):
+        model.set_grad_checkpointing(enabled)
+        hooks = [block.register_forward_pre_hook(counter(enabled, i)) for i, block in enumerate(blocks)]
+        model.forward_mae(images, noise=torch.rand(2, model.patch_embed.num_patches))[0].backward()
+        for hook in hooks:
+            hook.remove()
+    assert calls == {False: [1] * len(blocks), True: [2] * len(blocks)}

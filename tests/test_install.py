@@ -3,10 +3,10 @@ the lock satisfies the ranges the pyproject declares for people who install the 
 
 from __future__ import annotations
 
-import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

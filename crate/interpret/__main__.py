@@ -4,17 +4,22 @@
         --compare vit_nano_patch4_32 PATH2 [--masks DIR]
     python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH \
         --data configs/crate_nano_imagefolder.yaml --data.root DIR --out DIR
+
+Without ``--data``, each checkpoint is evaluated on the data its run held out (the data config the file
+records; ``--data.root DIR`` where that data has moved); a file that records none is evaluated on the
+digits with their default split, and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import yaml
 
 from crate.models import CheckpointError
 
-from .loading import load_data, load_model
+from .loading import load_data, load_run, resolve_data
 from .report import write_report
 
 
@@ -38,7 +43,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-interpret", description="Interpretability evaluation of a checkpoint.")
     parser.add_argument("--model", required=True, help="timm model name, or a pretrained tag (NAME.digits)")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)")
-    parser.add_argument("--data", default="digits", help="'digits' or a train.py YAML config (its data section)")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="'digits' or a train.py YAML config (its data section); default: the data the checkpoint's run held out",
+    )
     parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
     parser.add_argument("--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare")
     parser.add_argument("--masks", default=None, help="folder of foreground masks mirroring the data's val/ folder")
@@ -52,9 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         models = {}
         for name, checkpoint in pairs:
-            model = load_model(name, None if checkpoint in (None, "-") else checkpoint)
+            model, recorded = load_run(name, None if checkpoint in (None, "-") else checkpoint)
+            if args.data is None and recorded is None:
+                print(f"{name}: its file records no data; evaluating on the digits (default split)", file=sys.stderr)
+            data = resolve_data(args.data, recorded, overrides)
             label = name if name not in models else f"{name} (2)"
-            models[label] = (model, load_data(args.data, model, masks=args.masks, overrides=overrides))
+            models[label] = (model, load_data(data, model, masks=args.masks))
         results = write_report(
             models,
             args.out,
@@ -66,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"crate-interpret: error: {err}\n")
     for label, result in results.items():
         accuracy = result["val_accuracy"]
-        print(f"{label}: val accuracy " + ("n/a (no head)" if accuracy is None else f"{accuracy:.4f}"))
+        scored = f"{accuracy:.4f} on {result['val_images']} images of {result['data']}"
+        print(f"{label}: val accuracy " + ("n/a (no head)" if accuracy is None else scored))
     print(f"wrote {args.out}/report.md, metrics.json and figures")
 
 

@@ -35,7 +35,7 @@ from .lenses import (
     token_dispersion,
     top_k_mass,
 )
-from .loading import EvalData
+from .loading import EvalData, held_out_accuracy
 from .segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
 
 __all__ = [
@@ -194,10 +194,8 @@ def evaluate_model(
     eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
     images = data.val_images[:probe_images]
     traces = trace_model(model, images)
-    accuracy = None  # a model without a classifier (a masked-pretraining checkpoint) has none
-    if getattr(model, "num_classes", 1):
-        logits = torch.cat([model(data.val_images[i : i + 256]) for i in range(0, len(data.val_images), 256)])
-        accuracy = float((logits.argmax(-1) == data.val_labels).float().mean())
+    # on the whole validation split; a model without a classifier (a masked-pretraining checkpoint) has none
+    accuracy = held_out_accuracy(model, data.val_set) if getattr(model, "num_classes", 1) else None
     train_features = layer_features(model, data.train_images)
     val_features = layer_features(model, data.val_images)
     probes = [
@@ -215,6 +213,7 @@ def evaluate_model(
         "parameters": sum(p.numel() for p in model.parameters()),
         "data": data.name,
         "val_accuracy": accuracy,
+        "val_images": len(data.val_set),
         "rate_settings": {"eps": eps, "lambda": lam, "images": len(images)},
         "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
         "attention": [attention_lenses(trace, top_k) if trace.attention is not None else None for trace in traces],

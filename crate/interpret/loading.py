@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import yaml
 from jsonargparse import ArgumentError, ArgumentParser
 from sklearn.datasets import load_sample_images
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import crate.models  # noqa: F401  (registers the zoo)
 from crate.errors import innermost_refusal
@@ -23,22 +24,52 @@ from crate.models import CheckpointError, read_checkpoint
 
 from .segmentation import load_mask_folder, stroke_pixels
 
-__all__ = ["EvalData", "load_data", "load_model", "model_in_chans", "sample_photographs"]
+__all__ = [
+    "EvalData",
+    "datamodule_from_config",
+    "describe_data",
+    "held_out_accuracy",
+    "held_out_set",
+    "load_data",
+    "load_model",
+    "load_run",
+    "model_in_chans",
+    "resolve_data",
+    "sample_photographs",
+]
+
+DIGITS = "crate.lit.DigitsDataModule"
+# settings that change how the data is read or augmented, not which images are held out
+_NOT_THE_SPLIT = {"batch_size", "num_workers", "augmentation", "seed", "predict_split", "root", "download"}
+# constructor settings a run may have passed that do not describe the architecture
+_NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate"}
 
 
 def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
-    """``name`` built with the classes and channels of ``checkpoint`` and its weights, in eval mode.
+    """``name`` built with the classes, channels, image size and model settings of ``checkpoint`` and its
+    weights, in eval mode (see :func:`load_run`)."""
+    return load_run(name, checkpoint)[0]
+
+
+def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module, dict[str, Any] | None]:
+    """(the model in eval mode, the data config its file records or None).
 
     ``checkpoint`` is any file ``crate.models.read_checkpoint`` reads (official CRATE, CRATE-alpha, a
-    Lightning .ckpt, timm state dict or safetensors); without one, ``name`` must be a pretrained tag such
-    as ``crate_nano_patch4_32.digits``.
+    Lightning .ckpt, timm state dict or safetensors); the model is built with what the file records of the
+    run (classes, channels, image size, ``model_kwargs`` such as ``decoder_depth``). Without a file,
+    ``name`` must be a pretrained tag such as ``crate_nano_patch4_32.digits``.
     """
     if checkpoint is None:
         if not timm.is_model_pretrained(name) and "." not in name:
             raise ValueError(f"give --checkpoint for {name}, or a pretrained tag such as {name}.digits")
-        return timm.create_model(name, pretrained=True).eval()
+        model = timm.create_model(name, pretrained=True).eval()
+        cfg = model.pretrained_cfg.get("file")
+        return model, (read_checkpoint(cfg).data_config if cfg else None)
     held = read_checkpoint(checkpoint)
-    kwargs: dict[str, Any] = {"num_classes": held.num_classes or 0}  # a file without a head (masked pretraining)
+    kwargs: dict[str, Any] = {
+        k: v for k, v in (held.hparams.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE
+    }
+    kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
     with torch.device("meta"):  # only to learn the patch size, which flat patch embeddings need
         patch = getattr(getattr(timm.create_model(name), "patch_embed", None), "patch_size", None)
     in_chans = held.in_chans(tuple(patch) if patch is not None else None)
@@ -54,7 +85,7 @@ def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
             f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
-    return model.eval()
+    return model.eval(), held.data_config
 
 
 def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels: int) -> Any:
@@ -85,8 +116,9 @@ def model_in_chans(model: torch.nn.Module) -> int:
 
 
 class EvalData:
-    """Images (normalised as in training) and labels of a train and a validation split, and where known
-    the foreground of each validation image as a pixel mask (B, H, W)."""
+    """Images (normalised as in training) and labels of a train and a validation split (at most ``limit``
+    each, for the lenses and probes), the whole validation split as a dataset (for accuracy), and where
+    known the foreground of each validation image as a pixel mask (B, H, W)."""
 
     def __init__(
         self,
@@ -94,11 +126,13 @@ class EvalData:
         train: tuple[torch.Tensor, torch.Tensor],
         val: tuple[torch.Tensor, torch.Tensor],
         val_masks: torch.Tensor | None = None,
+        val_set: Dataset | None = None,
     ):
         self.name = name
         self.train_images, self.train_labels = train
         self.val_images, self.val_labels = val
         self.val_masks = val_masks
+        self.val_set = val_set if val_set is not None else TensorDataset(self.val_images, self.val_labels)
 
 
 def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,59 +141,165 @@ def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]
     return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
+def describe_data(config: dict[str, Any]) -> str:
+    args = config.get("init_args") or {}
+    shown = ", ".join(f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_THE_SPLIT | {"img_size", "in_chans"})
+    root = f", root={args['root']}" if "root" in args else ""
+    return f"{config['class_path'].rpartition('.')[2]}({shown}{root})"
+
+
+def _split_args(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (config.get("init_args") or {}).items() if k not in _NOT_THE_SPLIT}
+
+
+def _is_digits(config: dict[str, Any]) -> bool:
+    return _class_name(config) == "DigitsDataModule"
+
+
+def resolve_data(
+    spec: str | None, recorded: dict[str, Any] | None, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The data config to evaluate a checkpoint on: the one its run recorded, unless ``spec`` asks for other
+    data; ``overrides`` of its settings (``{"root": DIR}`` for data that moved). ``spec`` is None (the
+    recorded data; the digits with their default split for a file that records none), ``digits`` (the
+    run's digits split where it trained on digits), or a train.py YAML config. A config of the run's own
+    DataModule class that holds out other images than the run did (another ``split_seed`` or
+    ``val_fraction``, given in the YAML or as an override) is refused: its validation images would include
+    training images of the run."""
+    if spec is None or spec == "digits":
+        if recorded is not None and spec == "digits" and not _is_digits(recorded):
+            raise ValueError(
+                f"the checkpoint was trained on {describe_data(recorded)}, not the digits: leave --data out to "
+                "evaluate on the data its run held out, or give a train.py YAML config of other data"
+            )
+        config = recorded if recorded is not None else {"class_path": DIGITS, "init_args": {}}
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise FileNotFoundError(f"--data must be 'digits' or a train.py YAML config; {spec} is neither")
+        data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+        if "class_path" not in data:
+            raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
+        config = {"class_path": data["class_path"], "init_args": dict(data.get("init_args") or {})}
+    config = {
+        "class_path": config["class_path"],
+        "init_args": _with_overrides(config.get("init_args") or {}, overrides),
+    }
+    same_class = recorded is not None and _class_name(config) == _class_name(recorded)
+    if same_class:
+        # what the config leaves out is taken as the run had it
+        config["init_args"] = {**_split_args(recorded), **config["init_args"]}
+        theirs, ours = _split_args(recorded), _split_args(config)
+        differing = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        if differing:
+            raise ValueError(
+                "the data asked for holds out other images than the checkpoint's run did ("
+                + ", ".join(f"{k}: run {theirs.get(k)!r}, asked {ours.get(k)!r}" for k in differing)
+                + "): its validation images may be training images of the run. Leave --data and these "
+                "settings out to evaluate on the run's own held-out data"
+            )
+    return config
+
+
+def _class_name(config: dict[str, Any]) -> str:
+    return str(config.get("class_path", "")).rpartition(".")[2]
+
+
+def _with_overrides(init_args: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    init_args = dict(init_args)
+    for key, value in (overrides or {}).items():  # "augmentation.scale" -> init_args["augmentation"]["scale"]
+        *parents, leaf = key.split(".")
+        target = init_args
+        for parent in parents:
+            target[parent] = dict(target[parent]) if isinstance(target.get(parent), dict) else {}
+            target = target[parent]
+        target[leaf] = value
+    return init_args
+
+
+def datamodule_from_config(config: dict[str, Any], model: torch.nn.Module) -> Any:
+    """The DataModule a data config (``class_path``, ``init_args``) describes, with the evaluation
+    transforms training used for ``model`` (its pretrained cfg: mean, std, interpolation, crop), set up."""
+    init_args = config.get("init_args") or {}
+    datamodule = _instantiate_datamodule(config["class_path"], init_args, channels=model_in_chans(model))
+    if hasattr(datamodule, "transforms_from"):
+        datamodule.transforms_from(model)  # the evaluation transforms training used for this model
+    datamodule.setup("fit")
+    return datamodule
+
+
+@torch.no_grad()
+def held_out_accuracy(model: torch.nn.Module, dataset: Dataset, batch_size: int = 256) -> float:
+    """Top-1 accuracy of ``model`` (eval mode) on every image of ``dataset`` (image, label pairs)."""
+    model.eval()
+    correct = total = 0
+    for images, labels in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+        correct += int((model(images).argmax(dim=-1) == torch.as_tensor(labels)).sum())
+        total += len(labels)
+    if total == 0:
+        raise ValueError("the validation split holds no images")
+    return correct / total
+
+
+def _digits(config: dict[str, Any], model: torch.nn.Module) -> tuple[Any, Any, str]:
+    """(train, val, name) of a digits data config, at the model's size and channels."""
+    from crate.data.digits import load_digits_tensors
+
+    args = config.get("init_args") or {}
+    unknown = sorted(set(args) - {"img_size", "in_chans", "val_fraction", "split_seed"} - _NOT_THE_SPLIT)
+    if unknown:
+        raise ValueError(f"DigitsDataModule takes no settings {unknown}")
+    split = {k: args[k] for k in ("val_fraction", "split_seed") if k in args}
+    train, val = load_digits_tensors(
+        img_size=model.patch_embed.img_size[0],
+        in_chans=model_in_chans(model),
+        val_fraction=split.get("val_fraction", 0.2),
+        seed=split.get("split_seed", 0),
+    )
+    name = "digits" if not split else "digits (" + ", ".join(f"{k}={v}" for k, v in split.items()) + ")"
+    return train, val, name
+
+
+def held_out_set(config: dict[str, Any], model: torch.nn.Module, overrides: dict[str, Any] | None = None) -> Dataset:
+    """The whole validation split of a data config (image, label pairs), as ``model`` was evaluated in
+    training; ``overrides`` as in :func:`resolve_data` (refused where they change the split)."""
+    config = resolve_data(None, config, overrides)
+    if _is_digits(config):
+        return _digits(config, model)[1]
+    return datamodule_from_config(config, model).val_set
+
+
 def load_data(
-    spec: str,
+    spec: str | dict[str, Any],
     model: torch.nn.Module,
     limit: int | None = 2000,
     masks: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> EvalData:
-    """``digits`` (the embedded data; its foreground is the digit's strokes), or a train.py YAML config
-    whose ``data`` section is used, with ``overrides`` of its ``init_args`` (``--data.root DIR``); the
-    images get the evaluation transforms training used for ``model`` (its pretrained cfg: mean, std,
-    interpolation, crop). ``masks`` is a folder of foreground masks mirroring the ``val/`` folder
-    (``masks/<class>/<image stem>.png``, non-zero = foreground)."""
-    from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
+    """``digits`` (the embedded data with the default split; its foreground is the digit's strokes), a data
+    config (``class_path``, ``init_args``: what :func:`resolve_data` returns), or a train.py YAML config
+    whose ``data`` section is used; ``overrides`` of its ``init_args`` (``--data.root DIR``). The images
+    get the evaluation transforms training used for ``model``. ``masks`` is a folder of foreground masks
+    mirroring the ``val/`` folder (``masks/<class>/<image stem>.png``, non-zero = foreground)."""
+    from crate.data.digits import DIGITS_MEAN, DIGITS_STD
 
-    in_chans = model_in_chans(model)
-    size = model.patch_embed.img_size[0]
-    if spec == "digits" and overrides:
-        raise ValueError(f"--data.* settings {sorted(overrides)} need a train.py YAML config as --data")
-    if spec == "digits":
+    config = resolve_data(spec, None, overrides) if isinstance(spec, str) else resolve_data(None, spec, overrides)
+    if _is_digits(config):
         if masks is not None:
             raise ValueError("digits brings its own foreground (the strokes); --masks is for image-folder data")
-        train, val = load_digits_tensors(img_size=size, in_chans=in_chans)
+        train, val, name = _digits(config, model)
         strokes = stroke_pixels(val.images, DIGITS_MEAN, DIGITS_STD)
-        return EvalData("digits", (train.images, train.labels), (val.images, val.labels), strokes)
-    path = Path(spec)
-    if not path.is_file():
-        raise FileNotFoundError(f"--data must be 'digits' or a train.py YAML config; {spec} is neither")
-    data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
-    if "class_path" not in data:
-        raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
-    class_name = data["class_path"].rpartition(".")[2]
-    init_args = dict(data.get("init_args") or {})
-    for key, value in (overrides or {}).items():  # "augmentation.scale" -> init_args["augmentation"]["scale"]
-        *parents, leaf = key.split(".")
-        target = init_args
-        for parent in parents:
-            if not isinstance(target.get(parent), dict):
-                target[parent] = {}
-            target = target[parent]
-        target[leaf] = value
-    datamodule = _instantiate_datamodule(data["class_path"], init_args, channels=in_chans)
-    if hasattr(datamodule, "transforms_from"):
-        datamodule.transforms_from(model)  # the evaluation transforms training used for this model
-    datamodule.setup("fit")
+        return EvalData(name, (train.images, train.labels), (val.images, val.labels), strokes)
+    datamodule = datamodule_from_config(config, model)
     val = _stack(datamodule.val_set, limit)
     val_masks = None
     if masks is not None:
         samples = getattr(datamodule.val_set, "samples", None)
         if samples is None:
-            raise ValueError(f"--masks needs an image-folder dataset; {class_name} has no image files")
+            raise ValueError(f"--masks needs an image-folder dataset; {describe_data(config)} has no image files")
         paths = [path for path, _ in samples[: len(val[1])]]
         val_masks = load_mask_folder(masks, paths, datamodule.val_set.root, datamodule.val_set.transform)
-    return EvalData(path.stem, _stack(datamodule.train_set, limit), val, val_masks)
+    return EvalData(describe_data(config), _stack(datamodule.train_set, limit), val, val_masks, datamodule.val_set)
 
 
 def sample_photographs(model: torch.nn.Module, mean: float = 0.5, std: float = 0.5) -> tuple[torch.Tensor, np.ndarray]:

@@ -157,7 +157,11 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         return f"{_fmt(_mean_over_layers(r, 'kernel_agreement'))} (chance {chance:.3f})"
 
     rows = {
-        "validation accuracy": lambda r: "n/a (no head)" if r["val_accuracy"] is None else f"{r['val_accuracy']:.4f}",
+        "validation accuracy": lambda r: (
+            "n/a (no head)"
+            if r["val_accuracy"] is None
+            else f"{r['val_accuracy']:.4f} ({r['val_images']} images of {r['data']})"
+        ),
         "parameters": lambda r: f"{r['parameters']:,}",
         "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
         "R^c(LN Z \\| U) across attention, paper (eps 0.5)": lambda r: _compression_row(r, "paper", "Rc"),

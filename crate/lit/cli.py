@@ -28,6 +28,7 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
+from .run_record import PROGRAMS, module_kind
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
 
@@ -70,13 +71,27 @@ def _check_readable(path: Path) -> Checkpoint:
         ) from err
 
 
-def check_checkpoint_model(held: Checkpoint, model_name: str) -> None:
-    """Refuse a Lightning checkpoint trained as another architecture than the config builds."""
+def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "ImageClassifier") -> None:
+    """Refuse a Lightning checkpoint trained as another architecture, or by another module (a masked-pretraining
+    run given to train.py, a classifier run given to pretrain.py), than the config builds."""
     saved = held.hparams.get("model_name")
+    program = PROGRAMS.get(module, "train.py")
     if held.source != "lightning":
         raise CheckpointError(
-            f"{held.describe()}: --ckpt_path takes a .ckpt written by train.py; load other weights into a new "
+            f"{held.describe()}: --ckpt_path takes a .ckpt written by {program}; load other weights into a new "
             f"run through timm (--model.model_kwargs '{{pretrained: true, pretrained_cfg_overlay: {{file: ...}}}}')"
+        )
+    kind = module_kind(held)
+    if kind != module:
+        start = (
+            "start a probe or fine-tune from its weights with --model.pretrained_file PATH "
+            "(configs/crate_mae_nano_digits_probe.yaml, ..._finetune.yaml)"
+            if kind == "MaskedAutoencoder"
+            else "continue it with the program that wrote it"
+        )
+        raise CheckpointError(
+            f"{held.describe()} was written by {PROGRAMS.get(kind, kind)} ({kind}), not {program} ({module}): "
+            f"--ckpt_path resumes or evaluates a run of the same kind; {start}"
         )
     if saved is not None and saved != model_name:
         raise CheckpointError(
@@ -100,6 +115,11 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> s
         path = max(found, key=lambda p: p.stat().st_mtime)
     else:
         path = Path(ckpt_path)
+        if path.is_dir():
+            raise CheckpointError(
+                f"--ckpt_path {path} is a folder, not a checkpoint file; pass a .ckpt inside it "
+                "(<run>/version_N/checkpoints/last.ckpt) or --ckpt_path last"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {path} does not exist (--ckpt_path)")
     return str(path)
@@ -165,11 +185,20 @@ class CrateCLI(LightningCLI):
         path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"])
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
-            check_checkpoint_model(_check_readable(Path(path)), config["model"]["model_name"])
+            module = self.model_class.__name__
+            check_checkpoint_model(_check_readable(Path(path)), config["model"]["model_name"], module)
+
+    def before_instantiate_classes(self) -> None:
+        """Refuse a subcommand the module cannot serve (``pretrain.py predict``) before anything is built."""
+        refused = getattr(self.model_class, "refused_subcommands", {})
+        if self.subcommand in refused:
+            raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a value a constructor refuses is a one-line error (jsonargparse
-        reports a DataModule's refusal buried in its union errors: the constructor's own error is raised)."""
+        reports a DataModule's refusal buried in its union errors: the constructor's own error is raised).
+        The DataModule keeps the data section of the config (checkpoints record it), and a split the
+        subcommand needs and the data lacks is refused before the trainer writes anything."""
         try:
             super().instantiate_classes()
         except ValueError as err:
@@ -177,6 +206,13 @@ class CrateCLI(LightningCLI):
             if isinstance(cause, (CheckpointError, DataError, FileNotFoundError)):
                 raise cause from err
             raise ConfigError(str(cause)) from err
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if isinstance(self.datamodule, ImageDataModule):
+            self.datamodule.data_config = plain_config(config.get("data"))
+            if self.subcommand == "test":
+                self.datamodule.require_split("test")
+            if self.subcommand == "predict":
+                self.datamodule.require_split(self.datamodule.predict_split)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
@@ -194,17 +230,34 @@ class CrateCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
 
+def plain_config(value: Any) -> Any:
+    """A parsed config section as plain YAML types (dicts, lists, strings, numbers), which a checkpoint read
+    with ``weights_only=True`` and a safetensors metadata entry (JSON) can both hold."""
+    if hasattr(value, "as_dict"):  # jsonargparse's Namespace
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {str(k): plain_config(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_config(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # paths and other scalars
+
+
 class ConfigError(ValueError):
     """A config value that a model, DataModule or trainer constructor refuses."""
 
 
 def _remove_if_empty(run_dir: Path | None) -> None:
-    """A run that failed before it logged or saved anything leaves no version folder behind."""
+    """A run that failed before it logged or saved anything leaves no version folder behind (nor a run
+    folder that held nothing else)."""
     if run_dir is None or not run_dir.is_dir():
         return
     results = [p for p in run_dir.rglob("*") if p.suffix == ".ckpt" or p.name in ("metrics.csv", "predictions.csv")]
     if not results:  # only the config, hparams and an events file header
         shutil.rmtree(run_dir, ignore_errors=True)
+        if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
+            run_dir.parent.rmdir()
 
 
 def cli_main(

@@ -20,11 +20,12 @@ from crate.interpret.plots import reconstruction_figure
 
 from .factory import create_classifier
 from .optimization import TimmOptimization
+from .run_record import RunRecord
 
 __all__ = ["MaskedAutoencoder"]
 
 
-class MaskedAutoencoder(TimmOptimization, L.LightningModule):
+class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
     """Masked-autoencoder pretraining of ``model_name`` (``crate_mae_*``).
 
     Args:
@@ -41,6 +42,11 @@ class MaskedAutoencoder(TimmOptimization, L.LightningModule):
     """
 
     checkpoint_monitor = ("val/loss", "min")
+    # what the CLI refuses up front, with what to do instead
+    refused_subcommands = {
+        "predict": "a masked autoencoder predicts no classes; probe or fine-tune it with train.py "
+        "(configs/crate_mae_nano_digits_probe.yaml, --model.pretrained_file PATH) and predict with that run",
+    }
 
     def __init__(
         self,

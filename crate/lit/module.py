@@ -26,13 +26,14 @@ from crate.models import CheckpointError, read_checkpoint
 
 from .factory import create_classifier
 from .optimization import TimmOptimization
+from .run_record import RunRecord
 
 __all__ = ["ImageClassifier"]
 
 _COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-class ImageClassifier(TimmOptimization, L.LightningModule):
+class ImageClassifier(RunRecord, TimmOptimization, L.LightningModule):
     """Image classification with any timm model name (zoo or timm's own).
 
     Args:

@@ -10,7 +10,12 @@ of every zoo family (``pretrained_cfg_overlay=dict(file=...)`` and the shipped `
 - torch files (``.pth``/``.pt``/``.bin``) holding a state dict, possibly under ``state_dict`` or ``model``,
   with ``module.`` prefixes: the official CRATE, CRATE-alpha and timm layouts;
 
-and raises :class:`CheckpointError` (a missing file: ``FileNotFoundError``) with what the file holds and
+What a file records of the data its run held out travels with it as ``Checkpoint.data_config`` (the
+``data`` section of the run's config: ``class_path`` and ``init_args``): from a Lightning checkpoint
+(``data_config``, written by ``train.py``/``pretrain.py``; for older checkpoints, the ``config.yaml`` of the
+run folder they lie in) or an export's safetensors metadata. Evaluations of the file use it.
+
+It raises :class:`CheckpointError` (a missing file: ``FileNotFoundError``) with what the file holds and
 what to do. One rule for ``num_classes`` with a file, for every family: ``num_classes=N`` means the file
 has N classes (a mismatch is an error); to fine-tune a file with M classes on N, pass
 ``pretrained_cfg_overlay=dict(file=..., num_classes=M)`` with ``num_classes=N`` and the head is reset.
@@ -18,6 +23,7 @@ has N classes (a mismatch is an error); to fine-tune a file with M classes on N,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 
 __all__ = ["Checkpoint", "CheckpointError", "pretrained_kwargs", "read_checkpoint"]
 
-_LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size")
+_LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
 
 
 @dataclass
@@ -42,8 +49,9 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     layout: str  # crate_official | crate_alpha_official | timm
     source: str  # lightning | safetensors | torch
-    hparams: dict[str, Any] = field(default_factory=dict)  # model_name, num_classes, in_chans, img_size
-    lightning: dict[str, Any] = field(default_factory=dict)  # all hyper_parameters, epoch, global_step
+    hparams: dict[str, Any] = field(default_factory=dict)  # model_name, num_classes, in_chans, img_size, model_kwargs
+    lightning: dict[str, Any] = field(default_factory=dict)  # all hyper_parameters, epoch, global_step, module
+    data_config: dict[str, Any] | None = None  # the run's data section: class_path, init_args
 
     @property
     def model_name(self) -> str | None:
@@ -97,10 +105,30 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "hyper_parameters": dict(loaded.get("hyper_parameters") or {}),
         "epoch": int(loaded.get("epoch", -1)),
         "global_step": int(loaded.get("global_step", 0)),
+        "module": loaded.get("crate_module"),  # the LightningModule class that wrote it (None: older files)
     }
 
 
-def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
+def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
+    """The data section of ``<run>/config.yaml`` for a checkpoint in ``<run>/checkpoints/`` (checkpoints
+    written before the data config was recorded in them)."""
+    config = path.resolve().parent.parent / "config.yaml"
+    if path.resolve().parent.name != "checkpoints" or not config.is_file():
+        return None
+    try:
+        data = (yaml.safe_load(config.read_text()) or {}).get("data")
+    except yaml.YAMLError:
+        return None
+    return dict(data) if isinstance(data, Mapping) and "class_path" in data else None
+
+
+def _lightning_data_config(loaded: Mapping[str, Any], path: Path) -> dict[str, Any] | None:
+    recorded = loaded.get("data_config")
+    return dict(recorded) if isinstance(recorded, Mapping) else _run_folder_data_config(path)
+
+
+def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str, Any] | None]:
+    """(what the file holds, its source, the model's hparams it records, the data config it records)."""
     if path.suffix == ".safetensors":
         from safetensors import safe_open
 
@@ -114,7 +142,10 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
                 "re-export or re-download it, or pick another file"
             ) from err
         hparams = {"model_name": metadata["model_name"]} if "model_name" in metadata else {}
-        return state, "safetensors", hparams
+        # an export's model_config: num_classes, in_chans, img_size, model_kwargs
+        hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
+        data_config = json.loads(metadata["data_config"]) if metadata.get("data_config") else None
+        return state, "safetensors", hparams, data_config
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # the unpickler raises many types (KeyError, UnpicklingError, ...) on bad bytes
@@ -127,22 +158,28 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
         raise CheckpointError(f"checkpoint {path} holds a {type(loaded).__name__}, not a state dict")
     hyper = loaded.get("hyper_parameters")
     if isinstance(hyper, Mapping) and "state_dict" in loaded:
-        return loaded, "lightning", {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
-    return loaded, "torch", {}
+        hparams = {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
+        return loaded, "lightning", hparams, _lightning_data_config(loaded, path)
+    return loaded, "torch", {}, None
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint file of any supported format (see the module docstring)."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is a folder, not a checkpoint file; pass a file inside it "
+            "(a run's checkpoints are <run>/version_N/checkpoints/*.ckpt)"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {path} does not exist; check the path")
-    loaded, source, hparams = _load(path)
+    loaded, source, hparams, data_config = _load(path)
     state = unwrap_state_dict(loaded)
     tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
     if not tensors:
         raise CheckpointError(f"checkpoint {path} holds no weights (keys: {sorted(state)[:8]})")
     lightning = _lightning_info(loaded) if source == "lightning" else {}
-    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams, lightning)
+    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams, lightning, data_config)
 
 
 def _tag_cfg(kwargs: Mapping[str, Any], variant: str) -> Any:

@@ -169,8 +169,11 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
     missing = sorted(k for k in own if k not in state_dict and not k.startswith("head."))
     unexpected = sorted(k for k in state_dict if k not in own and not k.startswith("head."))
     if wrong or missing or unexpected:
-        detail = "; ".join(wrong[:4]) + (f"; missing {missing[:6]}" if missing else "")
-        detail += f"; not in the model {unexpected[:6]}" if unexpected else ""
+        detail = "; ".join(
+            wrong[:4]
+            + ([f"missing {missing[:6]}"] if missing else [])
+            + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
+        )
         raise CheckpointError(
             f"the checkpoint does not fit {type(model).__name__} "
             f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. "

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 from timm.layers import build_sincos2d_pos_embed
-from timm.models import generate_default_cfgs, register_model
+from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from torch import nn
 
 from crate.layers import MSSA, BlockTrace
@@ -207,14 +207,20 @@ class CrateMAE(CRATE):
         filled = torch.cat([kept, self.mask_token.expand(x.shape[0], x.shape[1] - kept.shape[1], -1)], dim=1)
         filled = torch.gather(filled, 1, restore[..., None].expand(-1, -1, x.shape[2]))
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), filled], dim=1) + self.decoder_pos_embed
-        return self.norm(self.blocks(x)), mask
+        return self.norm(self._run_blocks(self.blocks, x)), mask
 
     @torch.jit.ignore
     def forward_decoder(self, latent: torch.Tensor) -> torch.Tensor:
         """Decoder on the encoder's output: predicted pixels of every patch (B, N, p p C)."""
         self._require_decoder()
-        x = self.decoder_norm(self.decoder_blocks(latent))
+        x = self.decoder_norm(self._run_blocks(self.decoder_blocks, latent))
         return self.decoder_pred(x)[:, self.num_prefix_tokens :]
+
+    @torch.jit.ignore
+    def _run_blocks(self, blocks: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+        """The blocks, each recomputed in the backward pass when gradient checkpointing is on (as in
+        ``forward_features``)."""
+        return checkpoint_seq(blocks, x) if self.grad_checkpointing else blocks(x)
 
     @torch.jit.ignore
     def reconstruction_loss(self, images: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

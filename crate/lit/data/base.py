@@ -49,6 +49,9 @@ class ImageDataModule(L.LightningDataModule):
         self.test_set: Dataset | None = None
         self._train_loader: ResumableDataLoader | None = None
         self._resume_state: dict[str, int] | None = None
+        # the data section of the run's config (class_path, init_args), set by the CLI; checkpoints record
+        # it so that their weights are evaluated on the data the run held out
+        self.data_config: dict[str, Any] | None = None
 
     @property
     def num_classes(self) -> int:
@@ -110,12 +113,21 @@ class ImageDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, shuffle=False)
 
-    def _split(self, name: str) -> Dataset | None:
-        if name == "test" and self.test_set is None and self.val_set is not None:
+    def has_test_split(self) -> bool:
+        """Whether the data has a test split, known before ``setup`` (subclasses without one say so)."""
+        return True
+
+    def require_split(self, name: str) -> None:
+        """Refuse a split the data does not have (``train.py test`` on data without a test split), before a
+        trainer writes anything."""
+        if name == "test" and not self.has_test_split():
             raise DataError(
                 f"{type(self).__name__} has no test split ({self.has_test_split_note}); "
-                "evaluate on the validation split with `train.py validate`"
+                "evaluate on the validation split with the `validate` subcommand"
             )
+
+    def _split(self, name: str) -> Dataset | None:
+        self.require_split(name)
         return {"train": self.train_set, "val": self.val_set, "test": self.test_set}[name]
 
     def test_dataloader(self) -> DataLoader:

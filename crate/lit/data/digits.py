@@ -71,6 +71,14 @@ class DigitsDataModule(ImageDataModule):
     def num_classes(self) -> int:
         return 10
 
+    def has_test_split(self) -> bool:
+        return False
+
+    @property
+    def classes(self) -> list[str]:
+        """The class names: the digit each label stands for."""
+        return [str(digit) for digit in range(10)]
+
     @property
     def in_chans(self) -> int:
         return self._in_chans

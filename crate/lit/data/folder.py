@@ -160,6 +160,9 @@ class ImageFolderDataModule(ImageDataModule):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def has_test_split(self) -> bool:
+        return "test" in self.splits
+
     @property
     def in_chans(self) -> int:
         return self._in_chans
