@@ -74,6 +74,32 @@ def test_pretrained_grayscale_weights_adapt_to_three_channels(name: str) -> None
         torch.testing.assert_close(rgb(images.expand(-1, 3, -1, -1)), gray(images), atol=1e-4, rtol=1e-4)
 
 
+def test_a_grayscale_tost_file_adapts_its_conv_stem_to_three_channels(tmp_path: Path) -> None:
+    # ToST's first layer is the first conv of its stem (cfg first_conv "patch_embed.proj.0.0")
+    torch.manual_seed(0)
+    gray = timm.create_model("tost_nano_patch4_32", num_classes=10, in_chans=1).eval()
+    torch.save(gray.state_dict(), tmp_path / "tost_gray.pth")
+    overlay = dict(file=str(tmp_path / "tost_gray.pth"))
+    rgb = timm.create_model("tost_nano_patch4_32", pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
+    assert (
+        rgb.patch_embed.proj[0][0].weight.shape[1] == 3
+        and read_checkpoint(overlay["file"]).in_chans(first_conv="patch_embed.proj.0.0") == 1
+    )
+    images = torch.randn(4, 1, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(rgb.eval()(images.expand(-1, 3, -1, -1)), gray(images), atol=1e-4, rtol=1e-4)
+
+
+def test_a_file_missing_layers_names_them_in_one_clean_sentence(tmp_path: Path) -> None:
+    state = timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict()
+    del state["blocks.3.ista.weight"]
+    torch.save(state, tmp_path / "partial.pth")
+    overlay = dict(file=str(tmp_path / "partial.pth"))
+    with pytest.raises(CheckpointError) as refused:
+        timm.create_model("crate_nano_patch4_32", pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
+    assert "(crate_nano_patch4_32): missing ['blocks.3.ista.weight']. Was it" in str(refused.value)
+
+
 def test_read_checkpoint_says_what_a_file_holds() -> None:
     checkpoint = read_checkpoint(shipped_checkpoint("crate_alpha_nano_patch4_32.digits.safetensors"))
     assert checkpoint.model_name == "crate_alpha_nano_patch4_32"

@@ -100,6 +100,7 @@ def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
     assert len(rows) == 360  # the validation split of digits
     assert {row["label"] for row in rows} == {str(c) for c in range(10)}
     assert all(0.0 <= float(row["probability"]) <= 1.0 and 0 <= int(row["predicted"]) < 10 for row in rows)
+    assert all(row["predicted_name"] == row["predicted"] for row in rows)  # the digits' names are the digits
 
 
 def test_sigterm_exits_non_zero(tmp_path: Path) -> None:

@@ -41,6 +41,9 @@ __all__ = [
 DIGITS = "crate.lit.DigitsDataModule"
 # settings that change how the data is read or augmented, not which images are held out
 _NOT_THE_SPLIT = {"batch_size", "num_workers", "augmentation", "seed", "predict_split", "root", "download"}
+# DigitsDataModule's settings (the digits are read here without it: their foreground masks come along)
+_DIGITS_SETTINGS = {"img_size", "in_chans", "batch_size", "num_workers", "val_fraction", "split_seed"}
+_DIGITS_SETTINGS |= {"augmentation", "seed", "predict_split"}
 # constructor settings a run may have passed that do not describe the architecture
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate"}
 
@@ -70,9 +73,11 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
         k: v for k, v in (held.hparams.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE
     }
     kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
-    with torch.device("meta"):  # only to learn the patch size, which flat patch embeddings need
-        patch = getattr(getattr(timm.create_model(name), "patch_embed", None), "patch_size", None)
-    in_chans = held.in_chans(tuple(patch) if patch is not None else None)
+    with torch.device("meta"):  # only to learn the patch size (flat patch embeddings) and the first layer
+        bare = timm.create_model(name)
+    patch = getattr(getattr(bare, "patch_embed", None), "patch_size", None)
+    first_conv = bare.pretrained_cfg.get("first_conv") or "patch_embed.proj"
+    in_chans = held.in_chans(tuple(patch) if patch is not None else None, first_conv)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
     if held.hparams.get("img_size"):
@@ -246,7 +251,7 @@ def _digits(config: dict[str, Any], model: torch.nn.Module) -> tuple[Any, Any, s
     from crate.data.digits import load_digits_tensors
 
     args = config.get("init_args") or {}
-    unknown = sorted(set(args) - {"img_size", "in_chans", "val_fraction", "split_seed"} - _NOT_THE_SPLIT)
+    unknown = sorted(set(args) - _DIGITS_SETTINGS)
     if unknown:
         raise ValueError(f"DigitsDataModule takes no settings {unknown}")
     split = {k: args[k] for k in ("val_fraction", "split_seed") if k in args}

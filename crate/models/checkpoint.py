@@ -68,10 +68,11 @@ class Checkpoint:
         head = self.zoo_state_dict.get("head.weight")
         return int(head.shape[0]) if head is not None and head.ndim == 2 else self.hparams.get("num_classes")
 
-    def in_chans(self, patch_size: tuple[int, int] | None = None) -> int | None:
-        """Input channels: from a conv patch embedding, or a flat one given the patch size."""
+    def in_chans(self, patch_size: tuple[int, int] | None = None, first_conv: str = "patch_embed.proj") -> int | None:
+        """Input channels: from the first layer (``first_conv`` of the model's cfg), a conv patch embedding
+        or stem, or a flat patch embedding given the patch size."""
         state = self.zoo_state_dict
-        weight = state.get("patch_embed.proj.weight")
+        weight = state.get(f"{first_conv}.weight")
         if weight is not None and weight.ndim == 4:
             return int(weight.shape[1])
         if weight is not None and weight.ndim == 2 and patch_size is not None:

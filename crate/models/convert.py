@@ -201,14 +201,16 @@ def _adapt_channels(values: torch.Tensor, source: int, target: int) -> torch.Ten
 
 
 def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
-    """Adapt the checkpoint's patch embedding to the model's input channels (conv or flat (p1 p2 c))."""
-    own = model.state_dict().get("patch_embed.proj.weight")
-    weight = state_dict.get("patch_embed.proj.weight")
+    """Adapt the checkpoint's first layer (the cfg's ``first_conv``: a patch embedding, conv or flat
+    (p1 p2 c), or the first conv of a stem) to the model's input channels."""
+    key = f"{getattr(model, 'pretrained_cfg', {}).get('first_conv') or 'patch_embed.proj'}.weight"
+    own = model.state_dict().get(key)
+    weight = state_dict.get(key)
     if own is None or weight is None or weight.shape == own.shape or weight.shape[0] != own.shape[0]:
         return
     weight = weight.to(own.dtype)  # adapt in the model's precision (stored weights may be float16)
     if weight.ndim == 4 and own.ndim == 4 and weight.shape[2:] == own.shape[2:]:
-        state_dict["patch_embed.proj.weight"] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])
+        state_dict[key] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])
         return
     patch = getattr(model.patch_embed, "patch_size", None)
     if weight.ndim != 2 or own.ndim != 2 or patch is None:
@@ -219,7 +221,7 @@ def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> No
     source, target = weight.shape[1] // area, own.shape[1] // area
     kernel = weight.reshape(weight.shape[0], patch[0], patch[1], source).permute(0, 3, 1, 2)
     kernel = adapt_input_conv(target, kernel, base_chans=source)
-    state_dict["patch_embed.proj.weight"] = kernel.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
+    state_dict[key] = kernel.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
     for name in ("patch_embed.norm_in.weight", "patch_embed.norm_in.bias"):
         if name in state_dict and state_dict[name].numel() == area * source:
             values = state_dict[name].to(own.dtype).reshape(patch[0], patch[1], source)

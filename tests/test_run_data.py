@@ -1,0 +1,172 @@
+"""A run's data and module kind travel with its checkpoints: export, interpret and ``train.py validate``
+score the same held-out images; checkpoints of another module kind, unavailable subcommands and splits are
+one-line errors that leave nothing behind; exports of every zoo classifier load with their card's line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+import crate  # noqa: F401
+from crate.data.digits import load_digits_tensors
+from crate.export import main as export_main
+from crate.interpret.__main__ import main as interpret_main
+from crate.interpret.loading import held_out_accuracy, load_run
+from crate.lit import MaskedAutoencoder, cli_main
+from crate.models import CheckpointError, read_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = str(REPO / "configs" / "crate_nano_digits.yaml")
+PRETRAIN = str(REPO / "configs" / "crate_mae_nano_digits.yaml")
+PROBE = str(REPO / "configs" / "crate_mae_nano_digits_probe.yaml")
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+SHORT = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", *QUIET]
+
+pytestmark = pytest.mark.slow  # short training runs (in this process)
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """last.ckpt of: a CRATE run on digits split 1, a masked-pretraining run, a probe of it, a ToST run."""
+    root = tmp_path_factory.mktemp("runs")
+    log = ["--log_root", str(root)]
+    cli_main(["fit", "--config", DIGITS, "--data.split_seed", "1", "--run_name", "split1", *log, *SHORT])
+    cli_main(["fit", "--config", PRETRAIN, "--run_name", "mae", *log, *SHORT], model_class=MaskedAutoencoder)
+    mae = root / "mae" / "version_0" / "checkpoints" / "last.ckpt"
+    cli_main(["fit", "--config", PROBE, "--model.pretrained_file", str(mae), "--run_name", "probe", *log, *SHORT])
+    tost = ["--model.model_name", "tost_nano_patch4_32", "--run_name", "tost"]
+    cli_main(["fit", "--config", DIGITS, *tost, *log, *SHORT])
+    return {
+        name: root / name / "version_0" / "checkpoints" / "last.ckpt" for name in ("split1", "mae", "probe", "tost")
+    }
+
+
+def _validate(config: str, ckpt: Path, *extra: str) -> float:
+    args = ["validate", "--config", config, *extra, "--ckpt_path", str(ckpt), "--log_root", str(ckpt.parents[3])]
+    cli = cli_main([*args, "--run_name", ckpt.parents[2].name, *QUIET])
+    return float(cli.trainer.callback_metrics["val/acc"])
+
+
+def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tmp_path: Path, capsys) -> None:
+    ckpt = runs["split1"]
+    held = read_checkpoint(ckpt)
+    assert held.data_config["init_args"]["split_seed"] == 1 and held.lightning["module"] == "ImageClassifier"
+    validated = _validate(DIGITS, ckpt, "--data.split_seed", "1")
+    export_main([str(ckpt), "--out", str(tmp_path / "split1.safetensors")])
+    card = json.loads((tmp_path / "split1.json").read_text())
+    interpret_main(["--model", "crate_nano_patch4_32", "--checkpoint", str(ckpt), "--out", str(tmp_path / "report")])
+    interpreted = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    reported = next(iter(interpreted.values())) if "val_accuracy" not in interpreted else interpreted
+    # the independent count: the module's own weights on split 1's 360 validation images
+    model, _ = load_run("crate_nano_patch4_32", ckpt)
+    _, val = load_digits_tensors(img_size=16, in_chans=1, seed=1)
+    expected = held_out_accuracy(model, val)
+    assert card["val_images"] == len(val) == 360 and card["data_config"]["init_args"]["split_seed"] == 1
+    assert card["val_accuracy"] == pytest.approx(expected, abs=1e-9)
+    assert reported["val_accuracy"] == pytest.approx(expected, abs=1e-9)
+    assert validated == pytest.approx(expected, abs=1e-6)
+    # asking for the default split of the same data is refused: 80% of its images trained this run
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        args = ["--data", DIGITS, "--data.split_seed", "0", "--out", str(tmp_path / "refused")]
+        interpret_main(["--model", "crate_nano_patch4_32", "--checkpoint", str(ckpt), *args])
+    assert exit_info.value.code == 2 and "split_seed: run 1, asked 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export_main([str(ckpt), "--out", str(tmp_path / "x.safetensors"), "--data-root", "/nowhere"])
+    assert not (tmp_path / "x.safetensors").exists()  # root is no setting of digits: refused, nothing written
+
+
+def test_the_card_load_line_builds_the_exported_model(runs, tmp_path: Path) -> None:
+    for name in ("split1", "tost", "probe"):
+        out = tmp_path / f"{name}.safetensors"
+        export_main([str(runs[name]), "--out", str(out)])
+        card = json.loads(out.with_suffix(".json").read_text())
+        assert f"`{card['load']}`" in out.with_suffix(".md").read_text()
+        loaded = eval(card["load"], {"timm": timm}).eval()  # the line as a user pastes it
+        model, _ = load_run(card["model_name"], runs[name])
+        x = torch.randn(3, *card["input_size"])
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=1e-6)
+        assert card["val_images"] == 360 and 0.0 <= card["val_accuracy"] <= 1.0
+
+
+def test_interpret_builds_the_run_s_model_kwargs(runs, tmp_path: Path) -> None:
+    # the probe run: crate_mae_nano_patch4_32 with decoder_depth 0 and global_pool avg
+    out = tmp_path / "probe_report"
+    interpret_main(["--model", "crate_mae_nano_patch4_32", "--checkpoint", str(runs["probe"]), "--out", str(out)])
+    model, recorded = load_run("crate_mae_nano_patch4_32", runs["probe"])
+    assert model.decoder_depth == 0 and model.global_pool == "avg" and recorded["init_args"]["img_size"] == 16
+    reported = json.loads((out / "metrics.json").read_text())
+    accuracy = next(v for v in reported.values() if isinstance(v, dict) and "val_accuracy" in v)["val_accuracy"]
+    assert accuracy == pytest.approx(_validate(PROBE, runs["probe"]), abs=1e-6)
+
+
+def test_checkpoints_of_another_module_kind_are_refused_before_anything_is_written(runs, capsys) -> None:
+    cases = [
+        (["validate", "--config", PROBE, "--ckpt_path", str(runs["mae"])], None, "--model.pretrained_file"),
+        (["fit", "--config", PROBE, "--ckpt_path", str(runs["mae"])], None, "pretrain.py (MaskedAutoencoder)"),
+        (["fit", "--config", PRETRAIN, "--ckpt_path", str(runs["probe"])], MaskedAutoencoder, "train.py"),
+    ]
+    for args, module, message in cases:
+        folders = {p: _files(p.parents[2]) for p in (runs["mae"], runs["probe"])}
+        kwargs = {"model_class": module} if module else {}
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([*args, "--log_root", str(runs["mae"].parents[3]), *QUIET], **kwargs)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in err and "Traceback" not in err, err
+        assert len([line for line in err.splitlines() if "error:" in line]) == 1
+        assert {p: _files(p.parents[2]) for p in folders} == folders  # nothing written into either run
+
+
+def test_export_refuses_a_pretraining_checkpoint(runs, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        export_main([str(runs["mae"]), "--out", str(tmp_path / "mae.safetensors")])
+    assert exit_info.value.code == 2 and "probe or fine-tune it first" in capsys.readouterr().err.lower()
+    assert not list(tmp_path.iterdir())
+
+
+def test_pretrain_predict_and_test_without_a_split_are_refused_up_front(runs, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        args = ["predict", "--config", PRETRAIN, "--ckpt_path", str(runs["mae"]), "--log_root", str(tmp_path)]
+        cli_main([*args, *QUIET], model_class=MaskedAutoencoder)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "predicts no classes" in err and not list(tmp_path.iterdir())
+    run = runs["split1"].parents[1]
+    before = _files(run)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["test", "--config", DIGITS, "--ckpt_path", str(runs["split1"]), "--log_root", str(run.parents[1])])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "no test split" in err and "the `validate` subcommand" in err
+    assert _files(run) == before  # no config.test.yaml, no events file
+
+
+def test_a_folder_given_as_a_checkpoint_is_called_a_folder(runs, tmp_path: Path, capsys) -> None:
+    with pytest.raises(CheckpointError, match="is a folder, not a checkpoint file"):
+        read_checkpoint(runs["split1"].parent)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(
+            ["validate", "--config", DIGITS, "--ckpt_path", str(runs["split1"].parent), "--log_root", str(tmp_path)]
+        )
+    assert exit_info.value.code == 2 and "is a folder" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_corrupt_image_stops_the_run_and_leaves_no_folder(tmp_path: Path, capsys) -> None:
+    from test_data import _write_image_folder
+
+    _write_image_folder(tmp_path / "images", classes=2, per_class=4)
+    (tmp_path / "images" / "val" / "class_0" / "1.png").write_bytes(b"\x89PNG not really")
+    config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+    args = ["fit", "--config", config, "--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([*args, "--log_root", str(tmp_path / "logs"), *SHORT])
+    assert exit_info.value.code == 2 and "cannot read image" in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
