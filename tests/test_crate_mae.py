@@ -19,18 +19,22 @@ from crate.models.crate_mae import sincos_pos_embed
 
 
 @pytest.mark.parametrize(
-    "name,params",
+    "name,decoder_depth,params",
     [
-        ("crate_mae_tiny_patch16_224", 11_555_328),
-        ("crate_mae_small_patch16_224", 25_405_824),
-        ("crate_mae_base_patch16_224", 44_638_464),
-        ("crate_mae_large_patch16_224", 154_274_560),
+        ("crate_mae_tiny_patch16_224", 12, 11_555_328),
+        ("crate_mae_small_patch16_224", 12, 25_405_824),
+        ("crate_mae_base_patch16_224", 12, 44_638_464),
+        ("crate_mae_large_patch16_224", 24, 154_274_560),
     ],
 )
-def test_parameter_counts_equal_the_released_code(name: str, params: int) -> None:
+def test_parameter_counts_equal_the_released_code(name: str, decoder_depth: int, params: int) -> None:
     with torch.device("meta"):
-        model = timm.create_model(name, num_classes=0)
-    assert sum(p.numel() for p in model.parameters()) == params
+        model = timm.create_model(name, num_classes=0, decoder_depth=decoder_depth)
+        assert timm.create_model(name).pretraining_decoder_depth == decoder_depth
+    # the released count also holds the two fixed tables (buffers here) and the unused decoder_embed
+    tables = model.pos_embed.numel() + model.decoder_pos_embed.numel()
+    decoder_embed = model.embed_dim**2 + model.embed_dim
+    assert sum(p.numel() for p in model.parameters()) + tables + decoder_embed == params
 
 
 def test_decoder_layer_matches_its_literal_transcription() -> None:
@@ -81,8 +85,10 @@ def test_fixed_position_table_is_maes() -> None:
     for dim, grid in ((96, 8), (384, 14)):
         expected = mae_sincos_table(dim, grid)
         np.testing.assert_allclose(sincos_pos_embed(dim, (grid, grid))[0].double().numpy(), expected, atol=1e-6)
-    model = timm.create_model("crate_mae_nano_patch4_32")
-    assert not model.pos_embed.requires_grad and not model.decoder_pos_embed.requires_grad
+    model = timm.create_model("crate_mae_nano_patch4_32", decoder_depth=4)
+    parameters = dict(model.named_parameters())
+    assert "pos_embed" not in parameters and "decoder_pos_embed" not in parameters  # fixed: buffers
+    assert {"pos_embed", "decoder_pos_embed"} <= set(model.state_dict())  # saved under the released names
 
 
 def _released(seed: int = 0) -> ReleasedCrateMAE:
@@ -103,7 +109,9 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
     state = released.state_dict()
     torch.save({"model": state} if wrap == "model" else state, tmp_path / "crate_mae.pth")
     file = dict(file=str(tmp_path / "crate_mae.pth"))
-    ours = timm.create_model("crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=file, num_classes=0)
+    ours = timm.create_model(
+        "crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=file, num_classes=0, decoder_depth=4
+    )
     ours.eval()
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
@@ -114,13 +122,10 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
     torch.testing.assert_close(got[2], expected[2])  # the same mask
     torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-5)
-    # the encoder alone (decoder_depth=0) takes the same file and encodes as the full model does
+    # the encoder alone (the registered model, decoder_depth=0) takes the same file and encodes as the full
+    # model does
     encoder = timm.create_model(
-        "crate_mae_nano_patch4_32",
-        pretrained=True,
-        pretrained_cfg_overlay=dict(file, num_classes=0),
-        num_classes=10,
-        decoder_depth=0,
+        "crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file, num_classes=0), num_classes=10
     ).eval()
     assert not any(name.startswith("decoder") for name, _ in encoder.named_parameters())
     with torch.no_grad():
@@ -128,15 +133,15 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
 
 
 def test_encoder_without_decoder_refuses_masked_pretraining() -> None:
-    encoder = timm.create_model("crate_mae_nano_patch4_32", decoder_depth=0)
-    with pytest.raises(RuntimeError, match="built without a decoder"):
+    encoder = timm.create_model("crate_mae_nano_patch4_32")
+    with pytest.raises(RuntimeError, match="built without a decoder.*decoder_depth=4"):
         encoder.forward_mae(torch.randn(1, 3, 32, 32))
     with pytest.raises(ValueError, match="mask_ratio"):
         timm.create_model("crate_mae_nano_patch4_32", mask_ratio=1.0)
 
 
 def test_patchify_round_trip_and_reconstruction_of_a_perfect_prediction() -> None:
-    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1)
+    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, decoder_depth=4)
     images = torch.randn(2, 1, 32, 32)
     patches = model.patchify(images)
     assert patches.shape == (2, 64, 16)
@@ -154,7 +159,7 @@ def test_pretraining_loss_falls_on_digits() -> None:
 
     train = load_digits_tensors(img_size=32, in_chans=1)[0].images[:256]
     torch.manual_seed(0)
-    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, num_classes=0)
+    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, num_classes=0, decoder_depth=4)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     noise = torch.rand(256, 64, generator=torch.Generator().manual_seed(1))  # one fixed mask to compare on
 
@@ -179,7 +184,7 @@ def test_masked_pretraining_recomputes_every_block_under_gradient_checkpointing(
     # stop the recomputation early: so pre-hooks count, not forward hooks); count the calls of every encoder
     # and decoder block in one forward_mae + backward, with checkpointing off and on
     torch.manual_seed(0)
-    model = timm.create_model("crate_mae_nano_patch4_32").train()
+    model = timm.create_model("crate_mae_nano_patch4_32", decoder_depth=4).train()
     images = torch.randn(2, 3, 32, 32)
     blocks = list(model.blocks) + list(model.decoder_blocks)
     calls = {False: [0] * len(blocks), True: [0] * len(blocks)}

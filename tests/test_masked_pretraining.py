@@ -57,7 +57,8 @@ def test_decoder_is_measured_under_its_own_keys_as_the_official_measurement_woul
     from test_trace import official_coding_rate
 
     torch.manual_seed(0)
-    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0).eval()
+    model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0, decoder_depth=4)
+    model.eval()
     images = torch.randn(8, 1, 16, 16)
     quantities = ("Rc_before_attention", "Rc_after_attention")
     encoder = layer_rate_values(model, images, quantities=quantities)
@@ -121,7 +122,7 @@ def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str)
         path, message = tmp_path / "absent.ckpt", "absent.ckpt"
     elif case == "corrupt":
         path, message = tmp_path / "truncated.ckpt", "corrupt or truncated"
-        model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0)
+        model = timm.create_model("crate_mae_nano_patch4_32", in_chans=1, img_size=16, num_classes=0, decoder_depth=4)
         torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
         path.write_bytes(path.read_bytes()[:5000])
     else:

@@ -67,10 +67,9 @@ def test_forward_backward_and_default_cfg(name: str) -> None:
     out = model(x)
     assert out.shape == (2, 5)
     out.sum().backward()
-    # CRATE-MAE's decoder takes part in masked pretraining only (test_crate_mae.py)
-    decoder = ("decoder_", "mask_token") if name.startswith("crate_mae") else ()
-    encoder = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith(decoder or ("~",))]
-    assert all(p.grad is not None for p in encoder), "a parameter got no gradient"
+    # timm's rule: every parameter takes part in forward (fixed tables are buffers; CRATE-MAE's decoder is
+    # built for masked pretraining only)
+    assert not [n for n, p in model.named_parameters() if p.grad is None], "parameters without a gradient"
 
     cfg = model.pretrained_cfg
     state = model.state_dict()
@@ -156,6 +155,9 @@ def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
         _, eval_nodes = get_graph_node_names(model)
         traced = create_feature_extractor(model, return_nodes=[eval_nodes[-1]])
         torch.testing.assert_close(traced(x)[eval_nodes[-1]], expected, atol=1e-5, rtol=1e-5)
+        # traced, then scripted (timm's fx-torchscript check): the traced code must be valid TorchScript
+        traced_scripted = torch.jit.script(traced)
+        torch.testing.assert_close(traced_scripted(x)[eval_nodes[-1]], expected, atol=1e-5, rtol=1e-5)
         exported = torch.export.export(model, (x,)).module()
         torch.testing.assert_close(exported(x), expected, atol=1e-5, rtol=1e-5)
     # the input checks survive compilation with their message
@@ -163,6 +165,23 @@ def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
     for compiled in (scripted, traced):
         with pytest.raises((AssertionError, torch.jit.Error), match="built for 3-channel images"):
             compiled(wrong)
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_the_traced_training_graph_gives_every_parameter_a_gradient(name: str) -> None:
+    # traced in training mode with timm's leaf modules and functions, as timm's fx backward check does
+    from timm.models._features_fx import get_notrace_functions, get_notrace_modules
+    from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
+
+    tracer = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())
+    model = _build(name, num_classes=5).train()
+    train_nodes, eval_nodes = get_graph_node_names(model, tracer_kwargs=tracer)
+    traced = create_feature_extractor(
+        model, train_return_nodes=[train_nodes[-1]], eval_return_nodes=[eval_nodes[-1]], tracer_kwargs=tracer
+    )
+    size = _small_size(name)
+    traced.train()(torch.randn(2, 3, size, size))[train_nodes[-1]].mean().backward()
+    assert not [n for n, p in traced.named_parameters() if p.grad is None], "parameters without a gradient"
 
 
 @pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32"])

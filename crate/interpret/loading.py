@@ -73,6 +73,9 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
         k: v for k, v in (held.hparams.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE
     }
     kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
+    decoder = {key.split(".")[1] for key in held.zoo_state_dict if key.startswith("decoder_blocks.")}
+    if decoder and "decoder_depth" not in kwargs:  # a masked-pretraining file: its decoder too (CRATE-MAE)
+        kwargs["decoder_depth"] = len(decoder)
     with torch.device("meta"):  # only to learn the patch size (flat patch embeddings) and the first layer
         bare = timm.create_model(name)
     patch = getattr(getattr(bare, "patch_embed", None), "patch_size", None)

@@ -33,7 +33,8 @@ class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
         num_classes: linked from the DataModule by the CLI and not used (pretraining has no labels; the
             checkpoint holds no head).
         in_chans, img_size: linked from the DataModule.
-        model_kwargs: further constructor arguments (e.g. ``decoder_depth``).
+        model_kwargs: further constructor arguments (``decoder_depth``: the model's released pretraining
+            depth when not given).
         mask_ratio: share of the patches masked per image (exactly ``int(N (1 - mask_ratio))`` kept).
         norm_pix_loss: normalise each target patch to mean 0, variance 1 (MAE's choice).
         optimizer, lr, min_lr_ratio, weight_decay, betas, layer_decay, warmup_epochs: as ImageClassifier's
@@ -70,7 +71,14 @@ class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
         self.save_hyperparameters(ignore=["num_classes"])  # no head: the checkpoint must not claim classes
         if not 0.0 <= mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")
-        self.model = create_classifier(model_name, 0, in_chans, img_size, **dict(model_kwargs or {}))
+        kwargs = dict(model_kwargs or {})
+        if "decoder_depth" not in kwargs:  # the registered models are encoders: add the released decoder
+            with torch.device("meta"):
+                bare = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
+            if hasattr(bare, "pretraining_decoder_depth"):
+                kwargs["decoder_depth"] = bare.pretraining_decoder_depth
+                self.hparams["model_kwargs"] = kwargs  # the checkpoint records the decoder it trained with
+        self.model = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
         if not hasattr(self.model, "forward_mae") or not getattr(self.model, "decoder_depth", 0):
             raise ValueError(
                 f"{model_name} is not a masked autoencoder with a decoder; choose a crate_mae_* model "

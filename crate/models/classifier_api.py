@@ -9,8 +9,8 @@ blocks) and ``_after_blocks(x)`` (what turns the blocks' output into the feature
 class-attention stage and norm).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: FX copies ``forward``'s annotations into the code it
+# generates, and a string annotation there is a type TorchScript cannot resolve (FX, then scripting).
 import torch
 from timm.models import checkpoint_seq
 from timm.models._features import feature_take_indices

@@ -17,14 +17,20 @@ Ma-Lab-Berkeley/CRATE), so that its checkpoints give identical outputs here:
 - the decoder runs on the encoder's normalised output, a linear layer predicts each patch's pixels;
 - the loss is the mean squared error on the masked patches only, against per-patch normalised pixels
   (``norm_pix_loss``, as in MAE).
-``decoder_embed`` exists in the released layout (and in its parameter count) but no computation uses it;
-it is kept, frozen, so that the layout and the counts match. Parameter counts (no head): tiny 11,555,328,
-small 25,405,824, base 44,638,464, large 154,274,560.
+The fixed sine-cosine tables (``pos_embed``, ``decoder_pos_embed``) are buffers: saved under the released
+names, never optimised, and no parameter without a gradient (timm's backward checks). ``decoder_embed``
+exists in the released layout (and in its parameter count) but no computation uses it: it is not built
+here, and a released file's ``decoder_embed`` is dropped on load. The released parameter counts (no head:
+tiny 11,555,328, small 25,405,824, base 44,638,464, large 154,274,560) are this model's parameters plus
+the two tables plus ``decoder_embed``'s d^2 + d.
 
-As a timm model the encoder is the backbone: ``forward_features`` embeds every patch (no masking) and
-runs the encoder, ``forward_head`` classifies the class token; the full timm API is that of
-:class:`crate.models.CRATE`. ``decoder_depth=0`` builds the encoder alone (for probing and fine-tuning:
-the decoder weights of a pretraining checkpoint are then left out on load).
+As a timm model the encoder is the backbone, as timm's own MAE-pretrained ViTs are: ``forward_features``
+embeds every patch (no masking) and runs the encoder, ``forward_head`` classifies the class token; the
+full timm API is that of :class:`crate.models.CRATE`. The registered models are the encoder alone
+(``decoder_depth=0``: every parameter takes part in ``forward``; the decoder weights of a pretraining
+checkpoint are left out on load); ``decoder_depth=N`` adds the decoder for masked pretraining
+(``forward_mae``). ``pretraining_decoder_depth`` is the released pretraining's decoder depth, which
+``crate.lit.MaskedAutoencoder`` builds unless told otherwise.
 """
 
 from __future__ import annotations
@@ -101,7 +107,8 @@ class CrateMAE(CRATE):
         embed_dim: int = 384,
         depth: int = 12,
         num_heads: int = 6,
-        decoder_depth: int = 12,
+        decoder_depth: int = 0,
+        pretraining_decoder_depth: int = 12,
         decoder_num_heads: int | None = None,
         mask_ratio: float = 0.75,
         norm_pix_loss: bool = True,
@@ -127,14 +134,15 @@ class CrateMAE(CRATE):
         self.mask_ratio = mask_ratio
         self.norm_pix_loss = norm_pix_loss
         grid = tuple(self.patch_embed.grid_size)
-        self.pos_embed = nn.Parameter(sincos_pos_embed(embed_dim, grid), requires_grad=False)
+        del self.pos_embed  # CRATE's learned table: here a fixed one
+        self.register_buffer("pos_embed", sincos_pos_embed(embed_dim, grid))
         self.decoder_depth = decoder_depth
+        self.pretraining_decoder_depth = pretraining_decoder_depth  # the released pretraining's decoder
         if decoder_depth > 0:
             heads = decoder_num_heads or num_heads
             patch = self.patch_embed.patch_size
-            self.decoder_embed = nn.Linear(embed_dim, embed_dim).requires_grad_(False)  # unused (see above)
             self.mask_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-            self.decoder_pos_embed = nn.Parameter(sincos_pos_embed(embed_dim, grid), requires_grad=False)
+            self.register_buffer("decoder_pos_embed", sincos_pos_embed(embed_dim, grid))
             self.decoder_blocks = nn.Sequential(*[CrateMAEDecoderBlock(embed_dim, heads) for _ in range(decoder_depth)])
             self.decoder_norm = nn.LayerNorm(embed_dim, eps=1e-6)
             self.decoder_pred = nn.Linear(embed_dim, patch[0] * patch[1] * in_chans)
@@ -264,7 +272,10 @@ class CrateMAE(CRATE):
 
     def _require_decoder(self) -> None:
         if not self.decoder_depth:
-            raise RuntimeError("this CRATE-MAE was built without a decoder (decoder_depth=0): it only encodes")
+            raise RuntimeError(
+                "this CRATE-MAE was built without a decoder (decoder_depth=0): it only encodes; build it with "
+                f"decoder_depth={self.pretraining_decoder_depth} (the released pretraining's) for masked pretraining"
+            )
 
 
 _RELEASED_LAYER = {
@@ -300,7 +311,7 @@ def checkpoint_filter_mae(state_dict: dict[str, torch.Tensor], model: nn.Module)
             part, index, module, kind = match.groups()
             key = f"{part}.{index}.{_RELEASED_LAYER[part][module]}.{kind}"
         renamed[key] = value
-    state_dict = renamed
+    state_dict = {k: v for k, v in renamed.items() if not k.startswith("decoder_embed.")}  # unused, not built
     if getattr(model, "decoder_depth", 0) == 0:
         decoder = ("decoder_", "mask_token")
         state_dict = {k: v for k, v in state_dict.items() if not k.startswith(decoder)}
@@ -328,34 +339,34 @@ def _mae(variant: str, pretrained: bool, args: dict[str, Any], kwargs: dict[str,
 
 @register_model
 def crate_mae_tiny_patch16_224(pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    """CRATE-MAE-T/16: d=384, K=6, 12 encoder and 12 decoder layers (11,555,328 parameters, no head)."""
-    args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6, decoder_depth=12)
+    """CRATE-MAE-T/16: d=384, K=6, 12 layers; pretrained with 12 decoder layers (released: 11,555,328 parameters)."""
+    args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6, pretraining_decoder_depth=12)
     return _mae("crate_mae_tiny_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_mae_small_patch16_224(pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    """CRATE-MAE-S/16: d=576, K=12, 12 + 12 layers (25,405,824 parameters, no head)."""
-    args = dict(patch_size=16, embed_dim=576, depth=12, num_heads=12, decoder_depth=12)
+    """CRATE-MAE-S/16: d=576, K=12, 12 layers; pretrained with 12 decoder layers (released: 25,405,824)."""
+    args = dict(patch_size=16, embed_dim=576, depth=12, num_heads=12, pretraining_decoder_depth=12)
     return _mae("crate_mae_small_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_mae_base_patch16_224(pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    """CRATE-MAE-B/16: d=768, K=12, 12 + 12 layers (44,638,464 parameters, no head)."""
-    args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12, decoder_depth=12)
+    """CRATE-MAE-B/16: d=768, K=12, 12 layers; pretrained with 12 decoder layers (released: 44,638,464)."""
+    args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12, pretraining_decoder_depth=12)
     return _mae("crate_mae_base_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_mae_large_patch16_224(pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    """CRATE-MAE-L/16: d=1024, K=16, 24 + 24 layers (154,274,560 parameters, no head)."""
-    args = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16, decoder_depth=24)
+    """CRATE-MAE-L/16: d=1024, K=16, 24 layers; pretrained with 24 decoder layers (released: 154,274,560)."""
+    args = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16, pretraining_decoder_depth=24)
     return _mae("crate_mae_large_patch16_224", pretrained, args, kwargs)
 
 
 @register_model
 def crate_mae_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    """CPU-scale CRATE-MAE for 32x32 inputs: ``CPU_SIZES['nano']`` encoder, 4 decoder layers."""
-    args = dict(patch_size=4, decoder_depth=CPU_SIZES["nano"]["depth"], **CPU_SIZES["nano"])
+    """CPU-scale CRATE-MAE for 32x32 inputs: ``CPU_SIZES['nano']`` encoder; pretrained with 4 decoder layers."""
+    args = dict(patch_size=4, pretraining_decoder_depth=CPU_SIZES["nano"]["depth"], **CPU_SIZES["nano"])
     return _mae("crate_mae_nano_patch4_32", pretrained, args, kwargs)
