@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from safetensors.torch import save_file
 from timm.models import get_pretrained_cfg
 
 from crate.interpret.loading import describe_data, held_out_accuracy, held_out_set
+from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
 from crate.lit.run_record import module_kind
@@ -137,24 +139,54 @@ def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _hub_card(card: dict[str, Any]) -> str:
+    """The card as a Hugging Face hub README (its metadata block, then the card)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    data = ModelCardData(library_name="timm", license="mit", tags=["image-classification", "timm", "crate-zoo"])
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_card_markdown(card)}"))
+
+
+def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[str] | None) -> None:
+    """timm's hub layout: ``config.json`` (architecture, num_classes, num_features, global_pool, model_args,
+    pretrained_cfg, label_names) and ``model.safetensors``, written by timm's own ``save_for_hf``."""
+    from timm.models import save_for_hf
+
+    input_size = (patch_embed_in_chans(model.patch_embed), *model.patch_embed.img_size)
+    labels = {"label_names": label_names} if label_names else None
+    save_for_hf(
+        model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
+    )
+
+
 def export_checkpoint(
     ckpt: str | Path,
-    out: str | Path,
+    out: str | Path | None = None,
     train_command: str = "",
     dtype: str = "float32",
     data_overrides: dict[str, Any] | None = None,
     measure: bool = True,
+    hub_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Write ``out`` (safetensors, floating tensors stored as ``dtype``) and its card from a Lightning
-    checkpoint; return the card's data. The card's accuracy is measured on the written file, over the
-    validation split of the data config the checkpoint records (``data_overrides`` of its settings, such as
-    ``{"root": DIR}`` for data that moved; ``measure=False`` leaves it unmeasured). A checkpoint that
-    records no data is exported without an accuracy, and its card says so."""
+    """Write ``out`` (safetensors, floating tensors stored as ``dtype``) with its card, and/or ``hub_dir`` (a
+    hub folder: ``config.json``, ``model.safetensors`` and the card as ``README.md``, loadable with
+    ``timm.create_model("local-dir:DIR", pretrained=True)`` and ready for ``push_to_hf_hub``), from a
+    Lightning checkpoint; return the card's data. The card's accuracy is measured on what was written
+    (reloaded through timm), over the validation split of the data config the checkpoint records
+    (``data_overrides`` of its settings, such as ``{"root": DIR}`` for data that moved; ``measure=False``
+    leaves it unmeasured). A checkpoint that records no data is exported without an accuracy, and its card
+    says so."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    ckpt, out = Path(ckpt), Path(out)
-    if out.suffix != ".safetensors":
+    if out is None and hub_dir is None:
+        raise ValueError("give --out FILE.safetensors, --hub-dir DIR, or both")
+    ckpt = Path(ckpt)
+    out = Path(out) if out is not None else None
+    hub = Path(hub_dir) if hub_dir is not None else None
+    if out is not None and out.suffix != ".safetensors":
         raise ValueError(f"--out must end in .safetensors, got {out}")
+    if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
+        raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
     checkpoint = _read_lightning_checkpoint(ckpt)
     hp = checkpoint.lightning["hyper_parameters"]
     model_kwargs = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE}
@@ -168,22 +200,37 @@ def export_checkpoint(
             "timm.models.load_checkpoint / torch.save instead"
         )
     model.load_state_dict(checkpoint_filter_fn(checkpoint.state_dict, model))
+    model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
+    model.eval()
     model_config = {
         "num_classes": hp["num_classes"],
         "in_chans": hp.get("in_chans", 3),
         "img_size": hp.get("img_size"),
         "model_kwargs": model_kwargs,
     }
-    metadata = {"model_name": hp["model_name"], "format": "pt", "model_config": json.dumps(model_config)}
-    if checkpoint.data_config is not None:
-        metadata["data_config"] = json.dumps(checkpoint.data_config)
-    state = {
-        k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
-    save_file(state, str(out), metadata=metadata)
+    written: list[Path] = []
     try:
+        if out is not None:
+            metadata = {"model_name": hp["model_name"], "format": "pt", "model_config": json.dumps(model_config)}
+            if checkpoint.data_config is not None:
+                metadata["data_config"] = json.dumps(checkpoint.data_config)
+            state = {
+                k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous()
+                for k, v in model.state_dict().items()
+            }
+            out.parent.mkdir(parents=True, exist_ok=True)
+            save_file(state, str(out), metadata=metadata)
+            written.append(out)
+            load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
+        held_out = None
+        if checkpoint.data_config is not None and measure:
+            held_out = held_out_set(checkpoint.data_config, model, data_overrides)
+        if hub is not None:
+            hub.mkdir(parents=True, exist_ok=True)
+            written.append(hub)
+            _write_hub_folder(model, hub, getattr(held_out, "classes", None))
+            if out is None:
+                load_name, load_kwargs = f"local-dir:{hub}", {"pretrained": True}
         accuracy, images, note = None, None, ""
         if checkpoint.data_config is None:
             note = "the checkpoint records no data config, and no config.yaml lies beside its run"
@@ -191,10 +238,14 @@ def export_checkpoint(
             note = "export was asked not to measure it"
         else:
             reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
-            held_out = held_out_set(checkpoint.data_config, reloaded, data_overrides)
             accuracy, images = held_out_accuracy(reloaded, held_out), len(held_out)
+            if hub is not None and out is not None:  # the hub folder holds the same model
+                folder_model = timm.create_model(f"local-dir:{hub}", pretrained=True)
+                if held_out_accuracy(folder_model, held_out) != accuracy:
+                    raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s accuracy")
     except BaseException:
-        out.unlink(missing_ok=True)  # nothing half-written is left behind
+        for path in written:  # nothing half-written is left behind
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         raise
     data = checkpoint.data_config or {}
     config = _run_config(ckpt)
@@ -202,7 +253,8 @@ def export_checkpoint(
     recipe.update(_flatten("data.", data.get("init_args") or {}))
     recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
     recipe["seed"] = config.get("seed_everything")
-    name = out.name[: -len(".safetensors")]
+    name = out.name[: -len(".safetensors")] if out is not None else hub.name
+    weights = out if out is not None else hub / "model.safetensors"
     card = {
         "name": name,
         "timm_name": name if "." in name else hp["model_name"],
@@ -218,23 +270,37 @@ def export_checkpoint(
         "val_images": images,
         "accuracy_note": note,
         "recipe": recipe,
-        "file": out.name,
-        "dtype": dtype,
-        "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+        "file": weights.name,
+        "dtype": dtype if out is not None else "float32",
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "load": load_line(load_name, load_kwargs),
         "train_command": train_command
         or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
         "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
     }
-    out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
-    out.with_suffix(".md").write_text(_card_markdown(card))
+    if out is not None:
+        out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
+        out.with_suffix(".md").write_text(_card_markdown(card))
+    if hub is not None:
+        folder_weights = hub / "model.safetensors"
+        hub_card = dict(
+            card,
+            load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
+            file=folder_weights.name,
+            dtype="float32",
+            sha256=hashlib.sha256(folder_weights.read_bytes()).hexdigest(),
+        )
+        (hub / "README.md").write_text(_hub_card(hub_card))
     return card
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n")[0])
     parser.add_argument("checkpoint", help="a .ckpt written by train.py")
-    parser.add_argument("--out", required=True, help="the .safetensors file to write (card written next to it)")
+    parser.add_argument("--out", default=None, help="the .safetensors file to write (card written next to it)")
+    parser.add_argument(
+        "--hub-dir", default=None, help="a new folder to write as a hub repository (config.json, weights, README.md)"
+    )
     parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="storage type of the weights")
     parser.add_argument("--data-root", default=None, help="where the run's data lies now, if it moved")
@@ -245,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {"root": args.data_root} if args.data_root else None
     try:
         card = export_checkpoint(
-            args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy
+            args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy, args.hub_dir
         )
     except (FileNotFoundError, CheckpointError, DataError, ValueError) as err:
         hint = (
@@ -256,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"crate-export: error: {err}{hint}\n")
     accuracy = card["val_accuracy"]
     print(
-        f"wrote {args.out} ({card['parameters']:,} parameters"
+        f"wrote {' and '.join(p for p in (args.out, args.hub_dir) if p)} ({card['parameters']:,} parameters"
         + (f", val accuracy {accuracy:.4f} on {card['val_images']} held-out images)" if accuracy is not None else ")")
     )
 

@@ -18,6 +18,7 @@ from crate.data.digits import load_digits_tensors
 from crate.export import export_checkpoint, main
 from crate.interpret.loading import held_out_accuracy
 from crate.lit import DigitsDataModule, ImageClassifier
+from crate.models import CheckpointError
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [
@@ -87,6 +88,49 @@ def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, cap
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_hub_folder_loads_through_timm_both_ways(lightning_run, tmp_path: Path, monkeypatch) -> None:
+    from hub_cache import serve_offline
+
+    run, module = lightning_run
+    hub = tmp_path / "crate_nano_digits"
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=hub)
+    config = json.loads((hub / "config.json").read_text())
+    assert config["architecture"] == "crate_nano_patch4_32" and config["num_classes"] == 10
+    assert config["num_features"] == 96 and config["global_pool"] == "token" and len(config["label_names"]) == 10
+    assert config["model_args"]["in_chans"] == 1 and config["pretrained_cfg"]["input_size"][0] == 1
+    readme = (hub / "README.md").read_text()
+    assert readme.startswith("---\nlibrary_name: timm") and f"{card['val_accuracy']:.4f}" in readme
+    x = load_digits_tensors(img_size=32, in_chans=1)[1].images[:4]
+    with torch.no_grad():
+        expected = module(x)
+        torch.testing.assert_close(timm.create_model(f"local-dir:{hub}", pretrained=True).eval()(x), expected)
+        files = {name: hub / name for name in ("config.json", "model.safetensors", "README.md")}
+        serve_offline(monkeypatch, tmp_path / "hub_cache", "crate-zoo/crate_nano_digits", files)
+        from_hub = timm.create_model("hf-hub:crate-zoo/crate_nano_digits", pretrained=True).eval()
+        torch.testing.assert_close(from_hub(x), expected)
+
+
+def test_a_bad_hub_folder_is_one_clear_error(lightning_run, tmp_path: Path) -> None:
+    run, _ = lightning_run
+    hub = tmp_path / "hub"
+    export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=hub, measure=False)
+    weights = (hub / "model.safetensors").read_bytes()
+    (hub / "model.safetensors").write_bytes(weights[:1000])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        timm.create_model(f"local-dir:{hub}", pretrained=True)
+    vit = timm.create_model("vit_nano_patch4_32", num_classes=10, in_chans=1)
+    from safetensors.torch import save_file
+
+    save_file(vit.state_dict(), str(hub / "model.safetensors"))  # another model's weights under this config
+    with pytest.raises(CheckpointError, match="does not fit"):
+        timm.create_model(f"local-dir:{hub}", pretrained=True)
+    (hub / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="holds no weights file"):
+        timm.create_model(f"local-dir:{hub}", pretrained=True)
+    with pytest.raises(ValueError, match="not an empty folder"):
+        export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=hub)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -12,24 +12,27 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
-__all__ = ["DIGITS_MEAN", "DIGITS_STD", "TensorImageDataset", "load_digits_tensors"]
+__all__ = ["DIGITS_CLASSES", "DIGITS_MEAN", "DIGITS_STD", "TensorImageDataset", "load_digits_tensors"]
 
 DIGITS_MEAN = 0.5
 DIGITS_STD = 0.5
+DIGITS_CLASSES = [str(digit) for digit in range(10)]  # the class names: the digit each label stands for
 
 
 class TensorImageDataset(Dataset):
-    """Images and labels held in memory as tensors, with an optional per-image transform."""
+    """Images and labels held in memory as tensors, with an optional per-image transform and class names."""
 
     def __init__(
         self,
         images: torch.Tensor,
         labels: torch.Tensor,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        classes: list[str] | None = None,
     ) -> None:
         self.images = images
         self.labels = labels
         self.transform = transform
+        self.classes = classes
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -58,6 +61,6 @@ def load_digits_tensors(
     images = ((images - DIGITS_MEAN) / DIGITS_STD).expand(-1, in_chans, -1, -1).contiguous()
     targets = torch.from_numpy(labels)
     return (
-        TensorImageDataset(images[train_idx], targets[train_idx]),
-        TensorImageDataset(images[val_idx], targets[val_idx]),
+        TensorImageDataset(images[train_idx], targets[train_idx], classes=DIGITS_CLASSES),
+        TensorImageDataset(images[val_idx], targets[val_idx], classes=DIGITS_CLASSES),
     )

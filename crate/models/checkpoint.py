@@ -191,12 +191,54 @@ def _tag_cfg(kwargs: Mapping[str, Any], variant: str) -> Any:
     return cfg if cfg is not None else get_pretrained_cfg(variant)
 
 
+def _cfg_value(cfg: Any, key: str) -> Any:
+    return getattr(cfg, key, None) if not isinstance(cfg, Mapping) else cfg.get(key)
+
+
+# the weight files a hub folder may hold, in timm's order of preference
+_FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+
+
+def _folder_weights(folder: Path) -> str:
+    """The weight file of a hub folder (``local-dir:DIR``, or a hub snapshot)."""
+    for name in _FOLDER_FILES:
+        if (folder / name).is_file():
+            return str(folder / name)
+    raise CheckpointError(f"{folder} holds no weights file ({', '.join(_FOLDER_FILES)}); export it again")
+
+
+def _hub_file(repo: str, filename: str, revision: str | None = None) -> str:
+    """A file of a Hugging Face hub repository, from the local cache or downloaded (``HF_HUB_OFFLINE=1``:
+    the cache only)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return hf_hub_download(repo, filename, revision=revision)
+    except LocalEntryNotFoundError as err:
+        raise CheckpointError(
+            f"{repo}/{filename} is not in the local hub cache and cannot be downloaded ({type(err).__name__}); "
+            "download it on a machine with network access (huggingface-cli download) or pass its file"
+        ) from err
+    except (EntryNotFoundError, RepositoryNotFoundError) as err:
+        raise CheckpointError(f"the hub has no {filename} in {repo} ({type(err).__name__})") from err
+
+
 def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
+    """The weights file a call asks for: the overlay's file, a hub folder's weights (``local-dir:DIR``), a
+    hub repository's file (``hf-hub:org/name``, or a tag with ``hf_hub_id``), or a tag's own file."""
     overlay = kwargs.get("pretrained_cfg_overlay") or {}
     if isinstance(overlay, Mapping) and overlay.get("file"):
         return overlay["file"]
     cfg = _tag_cfg(kwargs, variant)
-    return getattr(cfg, "file", None) or (cfg.get("file") if isinstance(cfg, Mapping) else None)
+    source, file = _cfg_value(cfg, "source"), _cfg_value(cfg, "file")
+    if source == "local-dir" and file:
+        return _folder_weights(Path(file))
+    hub_id = _cfg_value(cfg, "hf_hub_id")
+    if hub_id and (source == "hf-hub" or not file):
+        repo, _, revision = hub_id.partition("@")
+        return _hub_file(repo, _cfg_value(cfg, "hf_hub_filename") or "model.safetensors", revision or None)
+    return file
 
 
 def _cfg_input_size(kwargs: Mapping[str, Any], variant: str) -> tuple[int, ...]:
@@ -224,6 +266,7 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
+    overlay["source"] = None  # the weights are in hand: timm takes them from state_dict, not from a hub
     # the weights are adapted to the channels the model is built with (the filter does it), so the cfg
     # declares those channels
     base = _cfg_input_size(kwargs, variant)

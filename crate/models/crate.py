@@ -137,6 +137,7 @@ class CRATE(TransformerClassifier):
         super().__init__()
         check_pool(global_pool)
         self.num_classes = num_classes
+        self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
         self.global_pool = global_pool
         self.pool_include_prefix = pool_include_prefix
         self.dynamic_img_size = dynamic_img_size

@@ -116,6 +116,7 @@ class ToST(TransformerClassifier):
         check_pool(global_pool)
         norm_layer = norm_layer or partial(nn.LayerNorm, eps=1e-6)
         self.num_classes = num_classes
+        self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
         self.global_pool = global_pool
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.num_prefix_tokens = 1

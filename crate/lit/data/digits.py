@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
+from crate.data.digits import DIGITS_CLASSES, DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 
 from .augmentation import Augmentation, train_transform
 from .base import ImageDataModule
@@ -77,7 +77,7 @@ class DigitsDataModule(ImageDataModule):
     @property
     def classes(self) -> list[str]:
         """The class names: the digit each label stands for."""
-        return [str(digit) for digit in range(10)]
+        return list(DIGITS_CLASSES)
 
     @property
     def in_chans(self) -> int:
