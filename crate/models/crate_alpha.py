@@ -81,14 +81,50 @@ ALPHA_DEFAULTS: dict[str, Any] = dict(
     weight_init=init_crate_alpha_weights,
 )
 
+# The authors' PyTorch weights on the Hugging Face hub (converted from their JAX training; raw state dicts in
+# the official layout, which the family's filter converts). Their evaluation code resizes to 224 and
+# centre-crops 224 (crop_pct 1.0), bilinear, ImageNet mean and std. The ImageNet-21K files hold 19,167
+# classes; accuracies are the authors' ImageNet-1K top-1.
+_HUB = "UCSC-VLAA/CRATE-alpha"
+_IN21K = "torch/in21k_Pretrain/"
+
+
+def released_cfg(filename: str, top1: float | None = None, num_classes: int = 1000) -> dict[str, Any]:
+    """The cfg of one of the authors' released files."""
+    trained = "ImageNet-21K pretraining" + (", fine-tuned on ImageNet-1K" if num_classes == 1000 else "")
+    accuracy = f"; ImageNet-1K top-1 {top1} (the authors')" if top1 is not None else ""
+    return crate_cfg(
+        hf_hub_id=_HUB,
+        hf_hub_filename=filename,
+        num_classes=num_classes,
+        crop_pct=1.0,
+        interpolation="bilinear",
+        license="not stated by the authors (UCSC-VLAA/CRATE-alpha)",
+        paper_name="Scaling White-Box Transformers for Vision",
+        paper_ids="arXiv:2405.20299",
+        origin_url="https://github.com/UCSC-VLAA/CRATE-alpha",
+        notes=(trained + accuracy,),
+    )
+
+
 default_cfgs = generate_default_cfgs(
     {
         "crate_alpha_small_patch16_224": crate_cfg(),
-        "crate_alpha_base_patch16_224": crate_cfg(),
-        "crate_alpha_base_patch32_224": crate_cfg(),
-        "crate_alpha_base_patch8_224": crate_cfg(),
-        "crate_alpha_large_patch14_224": crate_cfg(),
-        "crate_alpha_large_patch32_224": crate_cfg(),
+        # the released weights are asked for by tag; "<arch>.*" after them keeps the untrained default
+        "crate_alpha_base_patch16_224.in21k_ft_in1k": released_cfg("torch/crate_alpha_B16.pth", 81.2),
+        "crate_alpha_base_patch16_224.in21k": released_cfg(_IN21K + "crate_alpha_B16_IN21K", num_classes=19167),
+        "crate_alpha_base_patch16_224.*": crate_cfg(),
+        "crate_alpha_base_patch32_224.in21k": released_cfg(_IN21K + "crate_alpha_B32_in21k.pth", num_classes=19167),
+        "crate_alpha_base_patch32_224.*": crate_cfg(),
+        "crate_alpha_base_patch8_224.in21k": released_cfg(_IN21K + "crate_alpha_B8_IN21K", num_classes=19167),
+        "crate_alpha_base_patch8_224.*": crate_cfg(),
+        "crate_alpha_large_patch14_224.in21k_ft_in1k": released_cfg("torch/crate_alpha_L14.pth", 83.9),
+        "crate_alpha_large_patch14_224.in21k": released_cfg(_IN21K + "crate_alpha_L14_IN21K", num_classes=19167),
+        "crate_alpha_large_patch14_224.*": crate_cfg(),
+        "crate_alpha_large_patch32_224.in21k": released_cfg(_IN21K + "crate_alpha_L32_in21k.pth", num_classes=19167),
+        "crate_alpha_large_patch32_224.*": crate_cfg(),
+        "crate_alpha_large_patch8_224.in21k": released_cfg(_IN21K + "crate_alpha_L8_IN21K", num_classes=19167),
+        "crate_alpha_large_patch8_224.*": crate_cfg(),
         "crate_alpha_nano_patch4_32.digits": digits_cfg("crate_alpha_nano_patch4_32", cpu_cfg()),
         "crate_alpha_nano_patch4_32.*": cpu_cfg(),
         "crate_alpha_micro_patch4_32.digits": digits_cfg("crate_alpha_micro_patch4_32", cpu_cfg()),
@@ -134,6 +170,12 @@ def crate_alpha_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRAT
 def crate_alpha_large_patch14_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-alpha-L/14: d=1024, K=16, L=24, 14x14 patches (about 253.7M parameters)."""
     return _build("crate_alpha_large_patch14_224", pretrained, dict(patch_size=14, **_LARGE), kwargs)
+
+
+@register_model
+def crate_alpha_large_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-alpha-L/8: d=1024, K=16, L=24, 8x8 patches."""
+    return _build("crate_alpha_large_patch8_224", pretrained, dict(patch_size=8, **_LARGE), kwargs)
 
 
 @register_model

@@ -1,0 +1,89 @@
+"""Released weights of the family by name: the CRATE-alpha authors' hub files as pretrained tags, served from
+a local hub cache offline (files built in the authors' layout by an independent transcription)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from hub_cache import serve_offline
+from official_layouts import OfficialCrateAlpha, perturb_
+
+import crate  # noqa: F401
+from crate.models import CheckpointError
+
+HUB = "UCSC-VLAA/CRATE-alpha"
+RELEASED = {  # tag -> (file in the hub repository, classes, patch, width, depth, heads)
+    "crate_alpha_base_patch16_224.in21k_ft_in1k": ("torch/crate_alpha_B16.pth", 1000, 16, 768, 12, 12),
+    "crate_alpha_large_patch14_224.in21k_ft_in1k": ("torch/crate_alpha_L14.pth", 1000, 14, 1024, 24, 16),
+    "crate_alpha_base_patch32_224.in21k": ("torch/in21k_Pretrain/crate_alpha_B32_in21k.pth", 19167, 32, 768, 12, 12),
+    "crate_alpha_large_patch32_224.in21k": ("torch/in21k_Pretrain/crate_alpha_L32_in21k.pth", 19167, 32, 1024, 24, 16),
+    "crate_alpha_base_patch16_224.in21k": ("torch/in21k_Pretrain/crate_alpha_B16_IN21K", 19167, 16, 768, 12, 12),
+    "crate_alpha_base_patch8_224.in21k": ("torch/in21k_Pretrain/crate_alpha_B8_IN21K", 19167, 8, 768, 12, 12),
+    "crate_alpha_large_patch14_224.in21k": ("torch/in21k_Pretrain/crate_alpha_L14_IN21K", 19167, 14, 1024, 24, 16),
+    "crate_alpha_large_patch8_224.in21k": ("torch/in21k_Pretrain/crate_alpha_L8_IN21K", 19167, 8, 1024, 24, 16),
+}
+
+
+@pytest.mark.parametrize("tag", sorted(RELEASED))
+def test_every_released_file_has_a_tag_with_the_authors_evaluation(tag: str) -> None:
+    filename, classes, patch, width, depth, heads = RELEASED[tag]
+    cfg = timm.models.get_pretrained_cfg(tag)
+    assert (cfg.hf_hub_id, cfg.hf_hub_filename, cfg.num_classes) == (HUB, filename, classes)
+    # the authors' evaluation: resize 224, centre crop 224, bilinear, ImageNet statistics
+    assert (cfg.input_size, cfg.crop_pct, cfg.interpolation) == ((3, 224, 224), 1.0, "bilinear")
+    assert cfg.mean == (0.485, 0.456, 0.406) and cfg.std == (0.229, 0.224, 0.225)
+    assert cfg.paper_ids == "arXiv:2405.20299" and cfg.license
+    if classes == 1000:
+        assert ("81.2" if "base" in tag else "83.9") in cfg.notes[0]
+    with torch.device("meta"):
+        model = timm.create_model(tag)  # the architecture the file needs, with the file's classes
+    assert model.num_classes == classes and model.patch_embed.patch_size == (patch, patch)
+    assert (model.embed_dim, len(model.blocks), model.blocks[0].attn.num_heads) == (width, depth, heads)
+    untagged = timm.models.get_pretrained_cfg(tag.split(".")[0])
+    assert untagged.hf_hub_id is None and untagged.num_classes == 1000  # the bare name stays untrained
+
+
+def _authors_file(path: Path, tag: str, seed: int = 0) -> OfficialCrateAlpha:
+    _, classes, patch, width, depth, heads = RELEASED[tag]
+    torch.manual_seed(seed)
+    authors = OfficialCrateAlpha(image=224, patch=patch, classes=classes, dim=width, depth=depth, heads=heads)
+    perturb_(authors, seed=seed, scale=0.02).eval()
+    torch.save(authors.state_dict(), path)
+    return authors
+
+
+@pytest.mark.parametrize("tag", ["crate_alpha_base_patch16_224.in21k_ft_in1k", "crate_alpha_base_patch16_224.in21k"])
+def test_a_released_file_loads_by_name_from_the_hub_cache_with_the_authors_logits(
+    tag: str, tmp_path: Path, monkeypatch
+) -> None:
+    filename = RELEASED[tag][0]
+    authors = _authors_file(tmp_path / "weights", tag)
+    serve_offline(monkeypatch, tmp_path / "cache", HUB, {filename: tmp_path / "weights"})
+    model = timm.create_model(tag, pretrained=True).eval()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), authors(x), atol=1e-4, rtol=1e-4)
+    config = timm.data.resolve_data_config({}, model=model)
+    assert config["crop_pct"] == 1.0 and config["interpolation"] == "bilinear"
+
+
+def test_a_bad_or_absent_released_file_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    tag = "crate_alpha_base_patch16_224.in21k_ft_in1k"
+    serve_offline(monkeypatch, tmp_path / "empty", "someone/else", {})
+    with pytest.raises(CheckpointError, match="not in the local hub cache"):
+        timm.create_model(tag, pretrained=True)
+    (tmp_path / "broken.pth").write_bytes(b"PK\x03\x04 not a whole file")
+    serve_offline(monkeypatch, tmp_path / "cache", HUB, {RELEASED[tag][0]: tmp_path / "broken.pth"})
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        timm.create_model(tag, pretrained=True)
+    # another model's file under this name: a B/32 with 1000 classes where B/16's weights belong
+    torch.save(
+        OfficialCrateAlpha(image=224, patch=32, classes=1000, dim=768, depth=12, heads=12).state_dict(),
+        tmp_path / "b32.pth",
+    )
+    serve_offline(monkeypatch, tmp_path / "cache2", HUB, {RELEASED[tag][0]: tmp_path / "b32.pth"})
+    with pytest.raises(CheckpointError, match="does not fit"):
+        timm.create_model(tag, pretrained=True)
