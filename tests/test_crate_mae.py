@@ -14,7 +14,7 @@ from reference_crate_mae import ReleasedCrateMAE, mae_sincos_table
 from test_layers import mssa_literal
 
 import crate  # noqa: F401
-from crate.models import CrateMAE, CrateMAEDecoderBlock
+from crate.models import CheckpointError, CrateMAE, CrateMAEDecoderBlock
 from crate.models.crate_mae import sincos_pos_embed
 
 
@@ -109,8 +109,16 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
     state = released.state_dict()
     torch.save({"model": state} if wrap == "model" else state, tmp_path / "crate_mae.pth")
     file = dict(file=str(tmp_path / "crate_mae.pth"))
+    # the released layout does not record ISTA's lambda: it must be given (the reference trains with 0.5)
+    with pytest.raises(CheckpointError, match="does not record the ISTA lambda"):
+        timm.create_model("crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=file, num_classes=0)
     ours = timm.create_model(
-        "crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=file, num_classes=0, decoder_depth=4
+        "crate_mae_nano_patch4_32",
+        pretrained=True,
+        pretrained_cfg_overlay=file,
+        num_classes=0,
+        decoder_depth=4,
+        lambd=0.5,
     )
     ours.eval()
     images = torch.randn(3, 3, 32, 32)
@@ -125,11 +133,19 @@ def test_released_checkpoint_gives_identical_outputs(tmp_path: Path, wrap: str) 
     # the encoder alone (the registered model, decoder_depth=0) takes the same file and encodes as the full
     # model does
     encoder = timm.create_model(
-        "crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file, num_classes=0), num_classes=10
+        "crate_mae_nano_patch4_32",
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file, num_classes=0),
+        num_classes=10,
+        lambd=0.5,
     ).eval()
     assert not any(name.startswith("decoder") for name, _ in encoder.named_parameters())
+    overlay = dict(file, num_classes=0)
+    guessed = timm.create_model("crate_mae_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=overlay, lambd=5.0)
     with torch.no_grad():
         torch.testing.assert_close(encoder.forward_features(images), ours.forward_features(images))
+        # the same weights with another lambda encode differently: why a guessed lambda is refused
+        assert (guessed.eval().forward_features(images) - ours.forward_features(images)).abs().max() > 1e-2
 
 
 def test_encoder_without_decoder_refuses_masked_pretraining() -> None:

@@ -63,6 +63,41 @@ def test_reference_checkpoint_loads_with_identical_logits(tmp_path: Path, patch:
     assert expected.abs().max() > 0.1  # a non-trivial output: the comparison is not between zeros
 
 
+def test_a_training_checkpoint_loads_safely_with_its_model_or_its_average(tmp_path: Path) -> None:
+    # the layout of ToST's training script: weights, their moving average, the optimizer and the run's
+    # argparse namespace (which torch.load(weights_only=True) refuses unless allowed)
+    import argparse
+
+    model, average = _reference(16), _reference(16)
+    with torch.no_grad():
+        for param in average.parameters():
+            param.mul_(0.5)
+    checkpoint = {
+        "model": model.state_dict(),
+        "model_ema": average.state_dict(),
+        "optimizer": torch.optim.AdamW(model.parameters()).state_dict(),
+        "args": argparse.Namespace(model="tost_cab_tiny_12_p16", lr=5e-4, drop_path=0.1),
+        "epoch": 299,
+    }
+    torch.save(checkpoint, tmp_path / "checkpoint.pth")
+    build = dict(pretrained=True, num_classes=10, embed_dim=64, depth=2, img_size=64)
+    x = torch.randn(2, 3, 64, 64)
+    for ema, reference in ((False, model), (True, average)):
+        overlay = dict(file=str(tmp_path / "checkpoint.pth"), ema=ema)
+        ours = timm.create_model("tost_cab_tiny_12_p16", pretrained_cfg_overlay=overlay, **build).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x), reference(x), atol=1e-5, rtol=1e-5)
+    torch.save({"model": model.state_dict()}, tmp_path / "plain.pth")
+    with pytest.raises(CheckpointError, match="holds no model_ema"):
+        overlay = dict(file=str(tmp_path / "plain.pth"), ema=True)
+        timm.create_model("tost_cab_tiny_12_p16", pretrained_cfg_overlay=overlay, **build)
+    # an object that is not a namespace (here a class) is never unpickled
+    torch.save(dict(checkpoint, args=argparse.ArgumentParser), tmp_path / "code.pth")
+    with pytest.raises(CheckpointError, match="other than tensors .*argparse.ArgumentParser"):
+        overlay = dict(file=str(tmp_path / "code.pth"))
+        timm.create_model("tost_cab_tiny_12_p16", pretrained_cfg_overlay=overlay, **build)
+
+
 def test_reference_checkpoint_of_another_size_is_refused(tmp_path: Path) -> None:
     torch.save(_reference(16).state_dict(), tmp_path / "tost.pth")
     with pytest.raises(CheckpointError, match="does not fit"):

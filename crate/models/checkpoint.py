@@ -7,8 +7,11 @@ of every zoo family (``pretrained_cfg_overlay=dict(file=...)`` and the shipped `
 - Lightning ``.ckpt`` files written by ``train.py`` (weights under ``state_dict`` with ``model.`` prefixes,
   the run's hyper-parameters under ``hyper_parameters``);
 - safetensors files (the zoo's exports carry ``model_name`` in their metadata);
-- torch files (``.pth``/``.pt``/``.bin``) holding a state dict, possibly under ``state_dict`` or ``model``,
-  with ``module.`` prefixes: the official CRATE, CRATE-alpha and timm layouts;
+- torch files (``.pth``/``.pt``/``.bin``, or no extension) holding a state dict, possibly under
+  ``state_dict`` or ``model``, with ``module.`` prefixes: the official CRATE, CRATE-alpha and timm layouts;
+  training checkpoints (ToST's: ``model``, ``model_ema``, ``optimizer``, and the run's ``args`` as an
+  ``argparse.Namespace``) are read with ``weights_only=True``, the namespace allowed as the one
+  non-tensor class, so nothing else is unpickled; ``ema=True`` takes ``model_ema`` instead of ``model``;
 
 What a file records of the data its run held out travels with it as ``Checkpoint.data_config`` (the
 ``data`` section of the run's config: ``class_path`` and ``init_args``): from a Lightning checkpoint
@@ -23,7 +26,9 @@ has N classes (a mismatch is an error); to fine-tune a file with M classes on N,
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -148,9 +153,18 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         data_config = json.loads(metadata["data_config"]) if metadata.get("data_config") else None
         return state, "safetensors", hparams, data_config
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        # training checkpoints carry their run's argparse.Namespace: a bag of attributes, safe to rebuild
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # the unpickler raises many types (KeyError, UnpicklingError, ...) on bad bytes
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if refused:
+            raise CheckpointError(
+                f"checkpoint {path} holds a Python object other than tensors ({refused.group(1)}), which is not "
+                "unpickled here since that could run code; load it where you trust it and save its state dict "
+                "(torch.save(checkpoint['model'], 'weights.pth'))"
+            ) from err
         raise CheckpointError(
             f"checkpoint {path} is corrupt or truncated, or not a torch checkpoint ({first}); "
             "re-export or re-download it, or pick another file"
@@ -164,8 +178,9 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
     return loaded, "torch", {}, None
 
 
-def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint file of any supported format (see the module docstring)."""
+def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
+    """Read a checkpoint file of any supported format (see the module docstring); ``ema``: the moving
+    average of the weights (``model_ema``) of a training checkpoint that holds one."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(
@@ -175,6 +190,10 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {path} does not exist; check the path")
     loaded, source, hparams, data_config = _load(path)
+    if ema and source == "torch":
+        if not isinstance(loaded.get("model_ema"), Mapping):
+            raise CheckpointError(f"checkpoint {path} holds no model_ema (keys: {sorted(loaded)[:8]}); leave ema out")
+        loaded = loaded["model_ema"]
     state = unwrap_state_dict(loaded)
     tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
     if not tensors:
@@ -250,20 +269,21 @@ def _cfg_input_size(kwargs: Mapping[str, Any], variant: str) -> tuple[int, ...]:
 def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The constructor kwargs of a zoo family with the pretrained file read through :func:`read_checkpoint`.
 
-    The file (from ``pretrained_cfg_overlay`` or a pretrained tag's cfg) is read here and handed to timm as
-    an in-memory state dict; a Lightning file of another architecture is refused; ``num_classes=N`` with a
-    file and no ``num_classes`` in the overlay means the file has N classes (the family's filter then
-    refuses a mismatch instead of silently resetting the head).
+    The file (from ``pretrained_cfg_overlay``, a hub folder or repository, or a pretrained tag's cfg) is read
+    here and handed to timm as an in-memory state dict (``pretrained_cfg_overlay=dict(file=..., ema=True)``:
+    a training checkpoint's ``model_ema``); a Lightning file of another architecture is refused;
+    ``num_classes=N`` with a file and no ``num_classes`` in the overlay means the file has N classes (the
+    family's filter then refuses a mismatch instead of silently resetting the head).
     """
     path = _file_of(kwargs, variant) if pretrained else None
     if path is None:
         return kwargs
-    checkpoint = read_checkpoint(path)
+    overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
+    checkpoint = read_checkpoint(path, ema=bool(overlay.pop("ema", False)))
     if checkpoint.model_name and checkpoint.model_name.split(".")[0] != variant:
         raise CheckpointError(
             f"{checkpoint.describe()}: it does not fit {variant}; create {checkpoint.model_name!r} to load it"
         )
-    overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
     overlay["source"] = None  # the weights are in hand: timm takes them from state_dict, not from a hub

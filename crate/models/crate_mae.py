@@ -46,6 +46,7 @@ from torch import nn
 
 from crate.layers import MSSA, BlockTrace
 
+from .convert import CheckpointError
 from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
 from .vit import TwinPatchEmbed
 
@@ -301,9 +302,21 @@ _RELEASED_KEY = re.compile(
 )
 
 
-def checkpoint_filter_mae(state_dict: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+def checkpoint_filter_mae(
+    state_dict: dict[str, torch.Tensor], model: nn.Module, lambd_given: bool = True
+) -> dict[str, torch.Tensor]:
     """The released CRATE-MAE layout (``blocks.{i}.layers.0.{0,1}.{norm,fn...}``) to the zoo's names; an
-    encoder-only model (``decoder_depth=0``) takes a pretraining checkpoint's encoder."""
+    encoder-only model (``decoder_depth=0``) takes a pretraining checkpoint's encoder. A file in the released
+    layout does not record ISTA's lambda, which its training chose (the authors' demo file
+    ``crate-mae-base-lmd5.0-checkpoint-799.pth``: 5.0; the code's default: 0.5): unless the model was built
+    with an explicit ``lambd`` (``lambd_given``), it is refused rather than loaded with a guessed one."""
+    released = any(_RELEASED_KEY.fullmatch(key) for key in state_dict)
+    if released and not lambd_given:
+        raise CheckpointError(
+            "this file is in the released CRATE-MAE layout, which does not record the ISTA lambda it was "
+            "trained with (the authors' files differ: 5.0 for crate-mae-base-lmd5.0-checkpoint-799.pth, 0.5 the "
+            "code's default); build the model with lambd=<its value>, e.g. timm.create_model(..., lambd=5.0)"
+        )
     renamed = {}
     for key, value in state_dict.items():
         match = _RELEASED_KEY.fullmatch(key)
@@ -319,7 +332,8 @@ def checkpoint_filter_mae(state_dict: dict[str, torch.Tensor], model: nn.Module)
 
 
 def _create_crate_mae(variant: str, pretrained: bool = False, **kwargs: Any) -> CrateMAE:
-    return create_crate_family(variant, pretrained, model_cls=CrateMAE, family_filter=checkpoint_filter_mae, **kwargs)
+    family_filter = partial(checkpoint_filter_mae, lambd_given="lambd" in kwargs)
+    return create_crate_family(variant, pretrained, model_cls=CrateMAE, family_filter=family_filter, **kwargs)
 
 
 default_cfgs = generate_default_cfgs(
