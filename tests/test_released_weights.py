@@ -87,3 +87,30 @@ def test_a_bad_or_absent_released_file_is_one_clear_error(tmp_path: Path, monkey
     serve_offline(monkeypatch, tmp_path / "cache2", HUB, {RELEASED[tag][0]: tmp_path / "b32.pth"})
     with pytest.raises(CheckpointError, match="does not fit"):
         timm.create_model(tag, pretrained=True)
+
+
+def test_the_authors_demo_crate_loads_from_its_file(tmp_path: Path) -> None:
+    from official_layouts import OfficialCRATE
+
+    # the demo file: {'model': ...} of the official CRATE with 6 heads of 128 at width 768, patch 8, an
+    # mlp_head of LayerNorm + Linear(768, 768), and a head Linear(768, 21842) that its forward never calls
+    torch.manual_seed(0)
+    demo = OfficialCRATE(image=224, patch=8, classes=768, dim=768, depth=12, heads=6)
+    perturb_(demo, scale=0.02).eval()
+    state = dict(demo.state_dict(), **{f"head.{k}": v for k, v in torch.nn.Linear(768, 21842).state_dict().items()})
+    torch.save({"model": state}, tmp_path / "crate-demo.pth")
+    model = timm.create_model(
+        "crate_demo_patch8_224", pretrained=True, pretrained_cfg_overlay=dict(file=str(tmp_path / "crate-demo.pth"))
+    ).eval()
+    assert model.blocks[0].attn.num_heads == 6 and model.num_classes == 768
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), demo(x), atol=1e-4, rtol=1e-4)
+    # the official layout does not record the head count: the 12-head B/8 takes the same tensors and
+    # computes something else (why the demo has an architecture of its own)
+    overlay = dict(file=str(tmp_path / "crate-demo.pth"))
+    twelve = timm.create_model(
+        "crate_base_patch8_224", pretrained=True, num_classes=768, pretrained_cfg_overlay=overlay
+    )
+    with torch.no_grad():
+        assert (twelve.eval()(x) - demo(x)).abs().max() > 1e-2

@@ -5,6 +5,8 @@ Layouts:
 - official CRATE (Ma-Lab-Berkeley/CRATE): ``to_patch_embedding.{1,2,3}``, ``pos_embedding``, ``cls_token``,
   ``transformer.layers.{i}.0.{norm,fn.qkv,fn.to_out.0}``, ``transformer.layers.{i}.1.{norm,fn.weight}``,
   ``mlp_head.{0,1}``. Patches are flattened in (p1 p2 c) order, as in :class:`crate.layers.PatchEmbed`.
+  The authors' demo file (``crate-demo.pth``) has one more ``head`` (768 -> 21,842) which its model's
+  ``forward`` never calls (it returns ``mlp_head``'s 768 outputs): it is left out.
 - CRATE-alpha PyTorch (UCSC-VLAA/CRATE-alpha): ``conv1``, ``pos_embedding`` (with or without the batch
   axis), ``transformer.layers.{i}.0.fn.{qkv,to_out.0}``, ``transformer.layers.{i}.1.fn.{D,D1}``, ``mlp_head``.
 - a Lightning checkpoint of :class:`crate.lit.ImageClassifier` (keys under ``model.``);
@@ -186,6 +188,8 @@ def to_zoo_layout(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     state_dict = unwrap_state_dict(state_dict)
     layout = detect_layout(state_dict)
     if layout == "crate_official":
+        unused = ("head.weight", "head.bias") if "mlp_head.1.weight" in state_dict else ()  # the demo's
+        state_dict = {k: v for k, v in state_dict.items() if k not in unused}
         return _rename(state_dict, _OFFICIAL_CRATE_TOP, _OFFICIAL_CRATE_LAYER)
     if layout == "crate_alpha_official":
         return _rename(state_dict, _OFFICIAL_ALPHA_TOP, _OFFICIAL_ALPHA_LAYER)

@@ -261,6 +261,9 @@ default_cfgs = generate_default_cfgs(
         "crate_base_patch16_224": crate_cfg(),
         "crate_large_patch16_224": crate_cfg(),
         "crate_base_patch8_224": crate_cfg(),
+        "crate_demo_patch8_224": crate_cfg(
+            num_classes=768, notes=("the authors' demo model: a 768-wide output, no class labels",)
+        ),
         "crate_nano_patch4_32.digits": digits_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.*": cpu_cfg(),
         "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
@@ -312,6 +315,15 @@ def crate_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-B/8: d=768, K=12 heads, L=12 layers, 8x8 patches."""
     args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=12)
     return _build("crate_base_patch8_224", pretrained, args, kwargs)
+
+
+@register_model
+def crate_demo_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """The authors' demo CRATE (``crate-demo.pth`` of the emergence notebooks): d=768, K=6 heads of 128,
+    L=12, 8x8 patches; its head is ``mlp_head``: LayerNorm and a 768 -> 768 linear map (768 outputs, what
+    the demo model returns). Load the file with ``pretrained_cfg_overlay=dict(file="crate-demo.pth")``."""
+    args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=6, head_dim=128)
+    return _build("crate_demo_patch8_224", pretrained, args, kwargs)
 
 
 @register_model
