@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
-.PHONY: setup lock train test test-fast lint clean checkpoints report bench zoo-table attention-scaling
+.PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ checkpoints: $(STAMP)
 	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt \
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
+
+# Accuracy of every shipped tag on its dataset's evaluation split, in timm's results CSV format
+# (results/results-<dataset>.csv).
+results: $(STAMP)
+	$(PY) -m crate.results --out-dir results
 
 # The interpretability report of the shipped crate_nano_patch4_32.digits against its ViT twin (docs/interpret/).
 report: $(STAMP)

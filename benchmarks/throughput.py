@@ -32,12 +32,15 @@ in the same rounds, compiled or not like the zoo model (columns "vs timm ViT"). 
 are GPU cases (``--models crate_small_patch16_224,crate_base_patch16_224``); ``--batch`` sets the batch of
 every case (128 on a GPU, where 16 leaves it idle).
 
-Writes ``benchmarks/results/latest.json`` (or ``--out``) and prints a table.
+Writes ``benchmarks/results/latest.json`` (or ``--out``) and prints a table; ``--timm-csv PATH`` also writes
+the rows in the columns of timm's ``benchmark.py`` (``infer_samples_per_sec``, ``train_samples_per_sec``,
+``*_step_time`` in ms, ``*_batch_size``, ``*_img_size``, ``infer_gmacs``, ``param_count`` in millions).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import platform
 import statistics
@@ -234,6 +237,8 @@ def measure(
     peak = MatmulPeak(device, dtype, peak_size)
     row: dict[str, Any] = {"model": case.name, "dtype": dtype, "mode": "compiled" if compiled else "eager"}
     row["batch"] = case.batch
+    row["img_size"] = case.img
+    row["param_count"] = sum(p.numel() for p in model.parameters())
     row["reference"] = "official layout" if case.same_model else "official CRATE of the same size"
     baseline = None
     if vit:
@@ -279,6 +284,53 @@ def measure(
                 row["vit_train_mfu"] = row["vit_train_gflop_per_step"] * 1e9 / median["vit"] / row["matmul_peak_flop_s"]
                 row["vit_memory_mib"] = _memory_bytes(runners["vit"]) / 2**20
     return row
+
+
+TIMM_COLUMNS = (
+    "model",
+    "dtype",
+    "mode",
+    "infer_samples_per_sec",
+    "infer_step_time",
+    "infer_batch_size",
+    "infer_img_size",
+    "infer_gmacs",
+    "train_samples_per_sec",
+    "train_step_time",
+    "train_batch_size",
+    "train_img_size",
+    "param_count",
+)
+
+
+def timm_benchmark_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row in the columns of timm's ``benchmark.py`` CSV: samples/s, step time in ms, batch, image size,
+    GMACs per sample of a forward pass (half the counted forward FLOPs), parameters in millions."""
+    batch = row["batch"]
+    forward_flops = row["train_gflop_per_step"] * 1e9 / 3  # the counted step is three forward passes
+    return {
+        "model": row["model"],
+        "dtype": row["dtype"],
+        "mode": row["mode"],
+        "infer_samples_per_sec": round(row["infer_img_s"], 2),
+        "infer_step_time": round(1000 * batch / row["infer_img_s"], 3),
+        "infer_batch_size": batch,
+        "infer_img_size": row["img_size"],
+        "infer_gmacs": round(forward_flops / 2 / batch / 1e9, 4),
+        "train_samples_per_sec": round(row["train_img_s"], 2),
+        "train_step_time": round(1000 * batch / row["train_img_s"], 3),
+        "train_batch_size": batch,
+        "train_img_size": row["img_size"],
+        "param_count": round(row["param_count"] / 1e6, 2),
+    }
+
+
+def _write_timm_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=TIMM_COLUMNS)
+        writer.writeheader()
+        writer.writerows(timm_benchmark_row(row) for row in rows)
 
 
 def _ratio(row: dict[str, Any], key: str) -> str:
@@ -340,6 +392,7 @@ def main() -> None:
     parser.add_argument("--peak-size", type=int, default=2048)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latest.json"))
+    parser.add_argument("--timm-csv", help="also write the rows in the columns of timm's benchmark.py CSV")
     parser.add_argument("--row-out", help=argparse.SUPPRESS)  # internal: one case, its row written here
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -382,6 +435,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {out}")
+    if args.timm_csv:
+        _write_timm_csv(rows, Path(args.timm_csv))
+        print(f"written: {args.timm_csv}")
 
 
 if __name__ == "__main__":

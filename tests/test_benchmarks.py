@@ -3,6 +3,7 @@ from its reference, and writes its figures; the augmentation comparison writes t
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
 def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> None:
     out = tmp_path / "latest.json"
     args = ["--models", "crate_nano_patch4_32", "--dtypes", "fp32,bf16", "--modes", "eager", "--steps", "1"]
-    args += ["--repeats", "1", "--batch", "8", "--vit", "--out", str(out)]
+    args += ["--repeats", "1", "--batch", "8", "--vit", "--out", str(out), "--timm-csv", str(tmp_path / "timm.csv")]
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "throughput.py"), *args], capture_output=True, text=True, timeout=600
     )
@@ -76,6 +77,20 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
         assert row["train_ratio_vs_vit"] == pytest.approx(row["train_img_s"] / row["train_vit_img_s"])
     fp32 = result["rows"][0]
     assert fp32["reference_memory_mib"] > fp32["memory_mib"] > 0  # the reference keeps its N x N maps
+    with (tmp_path / "timm.csv").open() as handle:  # timm's benchmark columns, from the same rows
+        timm_rows = list(csv.DictReader(handle))
+    assert [r["dtype"] for r in timm_rows] == ["fp32", "bf16"]
+    for timm_row, row in zip(timm_rows, result["rows"], strict=True):
+        assert float(timm_row["infer_samples_per_sec"]) == pytest.approx(row["infer_img_s"], abs=0.01)
+        assert float(timm_row["train_step_time"]) == pytest.approx(1000 * 8 / row["train_img_s"], abs=1e-3)
+        assert float(timm_row["infer_gmacs"]) == pytest.approx(expected_gflop / 3 / 2 / 8, abs=1e-4)
+        # crate_nano, 3 channels, 10 classes: patch LN + linear + LN, class token, positions, per layer two
+        # LNs, U (no bias), output projection, dictionary; final LN and head
+        embed = 2 * 48 + 48 * 96 + 96 + 2 * 96 + 96 + 65 * 96
+        layer = 2 * 2 * 96 + 96 * 96 + (96 * 96 + 96) + 96 * 96
+        params = embed + 4 * layer + 2 * 96 + 96 * 10 + 10
+        assert float(timm_row["param_count"]) == round(params / 1e6, 2)
+        assert timm_row["infer_img_size"] == timm_row["train_img_size"] == "32"
     assert "| crate_nano_patch4_32 | bf16 | eager |" in proc.stdout
 
 

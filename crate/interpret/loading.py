@@ -30,6 +30,7 @@ __all__ = [
     "describe_data",
     "held_out_accuracy",
     "held_out_set",
+    "held_out_topk",
     "load_data",
     "load_model",
     "load_run",
@@ -237,16 +238,28 @@ def datamodule_from_config(config: dict[str, Any], model: torch.nn.Module) -> An
 
 
 @torch.no_grad()
-def held_out_accuracy(model: torch.nn.Module, dataset: Dataset, batch_size: int = 256) -> float:
-    """Top-1 accuracy of ``model`` (eval mode) on every image of ``dataset`` (image, label pairs)."""
+def held_out_topk(
+    model: torch.nn.Module, dataset: Dataset, ks: tuple[int, ...] = (1,), batch_size: int = 256
+) -> dict[int, float]:
+    """Top-k accuracies of ``model`` (eval mode) on every image of ``dataset`` (image, label pairs): the
+    share of images whose label is among the k highest logits (all of them where k exceeds the classes)."""
     model.eval()
-    correct = total = 0
+    correct = dict.fromkeys(ks, 0)
+    total = 0
     for images, labels in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-        correct += int((model(images).argmax(dim=-1) == torch.as_tensor(labels)).sum())
+        logits, labels = model(images), torch.as_tensor(labels)
+        ranked = logits.topk(min(max(ks), logits.shape[-1]), dim=-1).indices
+        for k in ks:
+            correct[k] += int((ranked[:, :k] == labels[:, None]).any(dim=-1).sum())
         total += len(labels)
     if total == 0:
         raise ValueError("the validation split holds no images")
-    return correct / total
+    return {k: correct[k] / total for k in ks}
+
+
+def held_out_accuracy(model: torch.nn.Module, dataset: Dataset, batch_size: int = 256) -> float:
+    """Top-1 accuracy of ``model`` (eval mode) on every image of ``dataset`` (image, label pairs)."""
+    return held_out_topk(model, dataset, (1,), batch_size)[1]
 
 
 def _digits(config: dict[str, Any], model: torch.nn.Module) -> tuple[Any, Any, str]:

@@ -1,0 +1,56 @@
+"""timm's results CSV of the shipped tags, against an independent count of their validation predictions."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+import crate  # noqa: F401
+from crate.data.digits import load_digits_tensors
+from crate.results import COLUMNS, main, shipped_tags
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_shipped_tag_is_found() -> None:
+    shipped = {p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.safetensors")}
+    assert set(shipped_tags()) == shipped and len(shipped) == 6
+
+
+def test_results_csv_counts_top1_and_top5_as_numpy_does(tmp_path: Path, capsys) -> None:
+    tags = ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"]
+    main(["--out-dir", str(tmp_path), "--tags", *tags])
+    with (tmp_path / "results-digits.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == COLUMNS and sorted(r["model"] for r in rows) == sorted(tags)
+    assert float(rows[0]["top1"]) >= float(rows[1]["top1"])  # best first
+    _, val = load_digits_tensors(img_size=32, in_chans=1)  # the split the shipped files record (seed 0)
+    for row in rows:
+        model = timm.create_model(row["model"], pretrained=True).eval()
+        with torch.no_grad():
+            logits = model(val.images).double().numpy()
+        labels = val.labels.numpy()
+        top5 = np.argsort(-logits, axis=1)[:, :5]
+        assert float(row["top1"]) == round(100 * np.mean(logits.argmax(1) == labels), 3)
+        assert float(row["top5"]) == round(100 * np.mean((top5 == labels[:, None]).any(1)), 3)
+        assert float(row["top1_err"]) == pytest.approx(100 - float(row["top1"]), abs=1e-3)
+        assert float(row["param_count"]) == round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+        card = json.loads((REPO / "checkpoints" / f"{row['model']}.json").read_text())
+        assert float(row["top1"]) == round(100 * card["val_accuracy"], 3)
+        assert row["img_size"] == "32" and row["crop_pct"] == "1.0"
+
+
+def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    from hub_cache import serve_offline
+
+    serve_offline(monkeypatch, tmp_path / "cache", "someone/else", {})  # offline, and the file not cached
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", "crate_alpha_base_patch16_224.in21k_ft_in1k"])
+    assert exit_info.value.code == 2 and "not in the local hub cache" in capsys.readouterr().err
+    assert not list(tmp_path.glob("results-*.csv"))
