@@ -25,6 +25,31 @@ def run_train(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.Co
     )
 
 
+def run_in_process(*args: str, program: str = "train.py") -> subprocess.CompletedProcess:
+    """``train.py`` (or ``pretrain.py``) run in this process, its exit status and output captured as
+    :func:`run_train` returns them: for the many tests of what the CLI refuses, where a new process would
+    spend seconds on imports. Tests of what belongs to the process (signals, DDP, bitwise resume) use
+    :func:`run_train`."""
+    import contextlib
+    import io
+    import traceback
+
+    from crate.lit import MaskedAutoencoder, cli_main
+
+    model_class = {"train.py": None, "pretrain.py": MaskedAutoencoder}[program]
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli_main(list(args), **({"model_class": model_class} if model_class else {}))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        except Exception:  # what an uncaught error does to a process: a traceback and status 1
+            err.write(traceback.format_exc())
+            code = 1
+    return subprocess.CompletedProcess([program, *args], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def train_cli():
     return run_train

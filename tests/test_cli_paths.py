@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_train
+from conftest import REPO, run_in_process, run_train
 from PIL import Image
 from test_data import _write_image_folder
 
@@ -44,7 +44,8 @@ def vit_run(tmp_path_factory) -> Path:
 def test_a_checkpoint_of_another_architecture_is_refused_not_swapped_in(tmp_path: Path, vit_run: Path) -> None:
     ckpt = str(vit_run / "checkpoints" / "last.ckpt")
     for command in ("validate", "fit"):
-        proc = run_train(command, "--config", DEFAULT, *QUICK, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
+        args = (command, "--config", DEFAULT, *QUICK, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
+        proc = run_in_process(*args)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "holds vit_nano_patch4_32" in proc.stderr and "this config builds crate_nano_patch4_32" in proc.stderr
         assert "--model.model_name vit_nano_patch4_32" in proc.stderr
@@ -56,7 +57,7 @@ def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, 
     bad = tmp_path / "bad.ckpt"
     good = (vit_run / "checkpoints" / "last.ckpt").read_bytes()
     bad.write_bytes(good[:2000] if how == "truncated" else b"hello, not a checkpoint")
-    proc = run_train("validate", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", str(bad))
+    proc = run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", str(bad))
     assert proc.returncode == 2
     assert "corrupt or truncated, or not a torch checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -74,7 +75,7 @@ def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, v
 
 def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Path, vit_run: Path) -> None:
     ckpt = str(vit_run / "checkpoints" / "last.ckpt")
-    proc = run_train("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
+    proc = run_in_process("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
     assert proc.returncode != 0 and "has no test split" in proc.stderr and "validate" in proc.stderr
     assert not list(tmp_path.glob("vit_nano_digits/version_*"))  # the failed run left no empty folder
     _write_image_folder(tmp_path / "images", classes=2, per_class=3)
@@ -117,7 +118,7 @@ def test_sigterm_exits_non_zero(tmp_path: Path) -> None:
 
 
 def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
-    proc = run_train("fit", "--config", DEFAULT, "--model.lrr", "0.1", "--log_root", str(tmp_path))
+    proc = run_in_process("fit", "--config", DEFAULT, "--model.lrr", "0.1", "--log_root", str(tmp_path))
     assert proc.returncode == 2
     assert "lrr" in proc.stderr and len(proc.stderr.strip().splitlines()) <= 6
 
@@ -141,7 +142,7 @@ def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, se
         setting = ["--data.root", str(tmp_path / "images")]
     else:
         config = DEFAULT
-    proc = run_train("fit", "--config", config, *setting, "--log_root", str(tmp_path / "logs"))
+    proc = run_in_process("fit", "--config", config, *setting, "--log_root", str(tmp_path / "logs"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr

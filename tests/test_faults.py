@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_train
+from conftest import REPO, run_in_process, run_train
 
 pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
 
@@ -95,7 +95,7 @@ def test_non_finite_weights_stop_the_run_naming_the_step_and_keep_good_checkpoin
     poison = _extra_config(
         tmp_path, "poison", [{"class_path": "helpers.PoisonWeightsAtStep", "init_args": {"step": 12}}]
     )
-    proc = run_train("fit", "--config", DEFAULT, "--config", poison, *SHORT, "--log_root", str(tmp_path))
+    proc = run_in_process("fit", "--config", DEFAULT, "--config", poison, *SHORT, "--log_root", str(tmp_path))
     assert proc.returncode != 0
     # poisoned before the 13th batch: its loss is nan, and the guard stops the run at step 13
     assert "training stopped at step 13" in proc.stderr and "the loss is nan" in proc.stderr
@@ -111,7 +111,7 @@ def test_corrupt_checkpoint_is_refused_and_the_good_ones_stay(tmp_path: Path, un
     good.write_bytes(uninterrupted.read_bytes())
     truncated = folder / "last.ckpt"
     truncated.write_bytes(good.read_bytes()[:1000])
-    proc = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
+    proc = run_in_process("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
     assert proc.returncode != 0
     assert "corrupt or truncated" in proc.stderr and good.name in proc.stderr
     assert good.is_file() and truncated.is_file()
@@ -121,7 +121,7 @@ def test_checkpoint_with_other_classes_is_refused_with_what_to_do(tmp_path: Path
     from test_data import _write_image_folder
 
     _write_image_folder(tmp_path / "images", classes=3, per_class=2)
-    proc = run_train(
+    proc = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
         "--data.root", str(tmp_path / "images"), "--data.num_workers", "0", "--trainer.max_epochs", "1",
         "--data.img_size", "32", "--log_root", str(tmp_path), "--ckpt_path", str(uninterrupted),
@@ -131,9 +131,11 @@ def test_checkpoint_with_other_classes_is_refused_with_what_to_do(tmp_path: Path
 
 
 def test_missing_checkpoint_and_missing_dataset_get_clear_errors(tmp_path: Path) -> None:
-    proc = run_train("fit", "--config", DEFAULT, "--log_root", str(tmp_path), "--ckpt_path", str(tmp_path / "x.ckpt"))
+    proc = run_in_process(
+        "fit", "--config", DEFAULT, "--log_root", str(tmp_path), "--ckpt_path", str(tmp_path / "x.ckpt")
+    )
     assert proc.returncode != 0 and "does not exist" in proc.stderr
-    proc = run_train(
+    proc = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_tiny_cifar10.yaml"), "--data.root", str(tmp_path / "none"),
         "--data.download", "false", "--log_root", str(tmp_path), "--trainer.max_epochs", "1",
     )  # fmt: skip

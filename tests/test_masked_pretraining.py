@@ -116,7 +116,7 @@ def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "corrupt", "another model"])
 def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
-    from conftest import run_train
+    from conftest import run_in_process
 
     if case == "missing":
         path, message = tmp_path / "absent.ckpt", "absent.ckpt"
@@ -127,7 +127,7 @@ def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str)
         path.write_bytes(path.read_bytes()[:5000])
     else:
         path, message = REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors", "does not fit crate_mae"
-    proc = run_train(
+    proc = run_in_process(
         "fit", "--config", PROBE, "--model.pretrained_file", str(path), "--log_root", str(tmp_path / "logs")
     )
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_train
+from conftest import REPO, run_in_process, run_train
 from test_data import _write_image_folder
 
 from crate.metrics import MONITORED
@@ -107,7 +107,7 @@ def test_image_folder_config_trains_on_a_user_folder(tmp_path: Path) -> None:
     ],
 )
 def test_bad_command_line_gets_a_clear_error(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = run_train("fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *args)
+    proc = run_in_process("fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *args)
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not (tmp_path / "crate_nano_digits").exists() or not list(tmp_path.rglob("*.ckpt"))
@@ -116,13 +116,13 @@ def test_bad_command_line_gets_a_clear_error(tmp_path: Path, args: list[str], me
 def test_unknown_key_in_yaml_gets_a_clear_error(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text(Path(DEFAULT).read_text().replace("optimizer: adamw", "optimiser: adamw"))
-    proc = run_train("fit", "--config", str(config), "--log_root", str(tmp_path))
+    proc = run_in_process("fit", "--config", str(config), "--log_root", str(tmp_path))
     assert proc.returncode != 0
     assert "optimiser" in proc.stderr
 
 
 def test_missing_image_folder_root_on_the_command_line(tmp_path: Path) -> None:
-    proc = run_train(
+    proc = run_in_process(
         "fit",
         "--config",
         str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
