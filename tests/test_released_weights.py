@@ -114,3 +114,43 @@ def test_the_authors_demo_crate_loads_from_its_file(tmp_path: Path) -> None:
     )
     with torch.no_grad():
         assert (twelve.eval()(x) - demo(x)).abs().max() > 1e-2
+
+
+def _released_file(kind: str, path: Path) -> tuple[str, dict]:
+    """A file of one released format at a small size, and the ``timm.create_model`` kwargs that fit it."""
+    import argparse
+
+    from official_layouts import OfficialCRATE
+    from reference_crate_mae import ReleasedCrateMAE
+    from reference_tost import ReferenceToST
+
+    torch.manual_seed(0)
+    if kind == "crate demo":  # {'model': ...} of the official layout, plus the head its forward never calls
+        model = OfficialCRATE(image=32, patch=8, classes=768, dim=768, depth=2, heads=6)
+        state = dict(model.state_dict(), **{f"head.{k}": v for k, v in torch.nn.Linear(768, 5).state_dict().items()})
+        torch.save({"model": state}, path)
+        return "crate_demo_patch8_224", dict(img_size=32, depth=2)
+    if kind == "crate-mae":
+        model = ReleasedCrateMAE(img=32, patch=4, chans=3, dim=96, depth=4, heads=4, decoder_depth=4)
+        torch.save({"model": model.state_dict()}, path)
+        return "crate_mae_nano_patch4_32", dict(lambd=0.5, num_classes=0)
+    model = ReferenceToST(dim=64, depth=2, heads=4, patch=16, classes=10, eta=1.0)
+    torch.save({"model": model.state_dict(), "model_ema": model.state_dict(), "args": argparse.Namespace(x=1)}, path)
+    return "tost_cab_tiny_12_p16", dict(num_classes=10, embed_dim=64, depth=2, img_size=64)
+
+
+@pytest.mark.parametrize("kind", ["crate demo", "crate-mae", "tost"])
+def test_each_released_format_good_corrupt_and_another_model_s(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "weights.pth"
+    name, kwargs = _released_file(kind, path)
+    overlay = dict(file=str(path))
+    timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)  # the good file loads
+    # another architecture with the file's classes: refused for what its layers hold, not for its head
+    other = {"crate demo": ("crate_alpha_base_patch8_224", dict(num_classes=768, img_size=32))}.get(
+        kind, ("crate_nano_patch4_32", dict(num_classes=10 if kind == "tost" else 0))
+    )
+    with pytest.raises(CheckpointError, match="does not fit|unrecognised keys"):
+        timm.create_model(other[0], pretrained=True, pretrained_cfg_overlay=overlay, **other[1])
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
