@@ -151,6 +151,7 @@ def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def describe_data(config: dict[str, Any]) -> str:
+    """One line for cards and reports: the DataModule and the settings that choose its images."""
     args = config.get("init_args") or {}
     shown = ", ".join(f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_THE_SPLIT | {"img_size", "in_chans"})
     root = f", root={args['root']}" if "root" in args else ""
