@@ -32,11 +32,9 @@ from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
 from crate.lit.run_record import module_kind
 from crate.models import Checkpoint, CheckpointError, checkpoint_filter_fn, read_checkpoint
+from crate.models.checkpoint import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
-
-# constructor settings of a run that describe how it started, not the architecture
-_NOT_ARCHITECTURE = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate")
 
 
 def _read_lightning_checkpoint(path: Path) -> Checkpoint:
@@ -189,7 +187,7 @@ def export_checkpoint(
         raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
     checkpoint = _read_lightning_checkpoint(ckpt)
     hp = checkpoint.lightning["hyper_parameters"]
-    model_kwargs = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE}
+    model_kwargs = checkpoint.architecture_kwargs
     model = create_classifier(
         hp["model_name"], hp["num_classes"], hp.get("in_chans", 3), hp.get("img_size"), **model_kwargs
     )
@@ -213,7 +211,7 @@ def export_checkpoint(
         if out is not None:
             metadata = {"model_name": hp["model_name"], "format": "pt", "model_config": json.dumps(model_config)}
             if checkpoint.data_config is not None:
-                metadata["data_config"] = json.dumps(checkpoint.data_config)
+                metadata[DATA_CONFIG_KEY] = json.dumps(checkpoint.data_config)
             state = {
                 k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous()
                 for k, v in model.state_dict().items()

@@ -45,8 +45,6 @@ _NOT_THE_SPLIT = {"batch_size", "num_workers", "augmentation", "seed", "predict_
 # DigitsDataModule's settings (the digits are read here without it: their foreground masks come along)
 _DIGITS_SETTINGS = {"img_size", "in_chans", "batch_size", "num_workers", "val_fraction", "split_seed"}
 _DIGITS_SETTINGS |= {"augmentation", "seed", "predict_split"}
-# constructor settings a run may have passed that do not describe the architecture
-_NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate"}
 
 
 def load_model(name: str, checkpoint: str | Path | None) -> torch.nn.Module:
@@ -70,9 +68,7 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
         cfg = model.pretrained_cfg.get("file")
         return model, (read_checkpoint(cfg).data_config if cfg else None)
     held = read_checkpoint(checkpoint)
-    kwargs: dict[str, Any] = {
-        k: v for k, v in (held.hparams.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE
-    }
+    kwargs: dict[str, Any] = dict(held.architecture_kwargs)
     kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
     decoder = {key.split(".")[1] for key in held.zoo_state_dict if key.startswith("decoder_blocks.")}
     if decoder and "decoder_depth" not in kwargs:  # a masked-pretraining file: its decoder too (CRATE-MAE)

@@ -7,11 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from crate.models import Checkpoint
+from crate.models.checkpoint import DATA_CONFIG_KEY, MODULE_KEY
 
 __all__ = ["RunRecord", "module_kind"]
-
-MODULE_KEY = "crate_module"
-DATA_CONFIG_KEY = "data_config"
 
 # the command that trains each module kind, for messages
 PROGRAMS = {"ImageClassifier": "train.py", "MaskedAutoencoder": "pretrain.py"}

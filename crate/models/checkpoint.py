@@ -41,9 +41,14 @@ from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 
-__all__ = ["Checkpoint", "CheckpointError", "pretrained_kwargs", "read_checkpoint"]
+__all__ = ["DATA_CONFIG_KEY", "MODULE_KEY", "Checkpoint", "CheckpointError", "pretrained_kwargs", "read_checkpoint"]
 
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
+# what a zoo file records of its run beside the weights (Lightning checkpoint keys, safetensors metadata)
+MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
+DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
+# constructor settings a run may pass that say how it started, not what the architecture is
+_NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate"}
 
 
 @dataclass
@@ -61,6 +66,12 @@ class Checkpoint:
     @property
     def model_name(self) -> str | None:
         return self.hparams.get("model_name")
+
+    @property
+    def architecture_kwargs(self) -> dict[str, Any]:
+        """The run's ``model_kwargs`` that shape the architecture (``decoder_depth``, ``global_pool``, ...),
+        without those that only said how it started (``pretrained``, ``drop_path_rate``, ...)."""
+        return {k: v for k, v in (self.hparams.get("model_kwargs") or {}).items() if k not in _NOT_ARCHITECTURE}
 
     @cached_property
     def zoo_state_dict(self) -> dict[str, torch.Tensor]:
@@ -111,7 +122,7 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "hyper_parameters": dict(loaded.get("hyper_parameters") or {}),
         "epoch": int(loaded.get("epoch", -1)),
         "global_step": int(loaded.get("global_step", 0)),
-        "module": loaded.get("crate_module"),  # the LightningModule class that wrote it (None: older files)
+        "module": loaded.get(MODULE_KEY),  # the LightningModule class that wrote it (None: older files)
     }
 
 
@@ -129,7 +140,7 @@ def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
 
 
 def _lightning_data_config(loaded: Mapping[str, Any], path: Path) -> dict[str, Any] | None:
-    recorded = loaded.get("data_config")
+    recorded = loaded.get(DATA_CONFIG_KEY)
     return dict(recorded) if isinstance(recorded, Mapping) else _run_folder_data_config(path)
 
 
@@ -150,7 +161,7 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         hparams = {"model_name": metadata["model_name"]} if "model_name" in metadata else {}
         # an export's model_config: num_classes, in_chans, img_size, model_kwargs
         hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
-        data_config = json.loads(metadata["data_config"]) if metadata.get("data_config") else None
+        data_config = json.loads(metadata[DATA_CONFIG_KEY]) if metadata.get(DATA_CONFIG_KEY) else None
         return state, "safetensors", hparams, data_config
     try:
         # training checkpoints carry their run's argparse.Namespace: a bag of attributes, safe to rebuild
