@@ -225,13 +225,13 @@ def test_grayscale_folder_stays_one_channel_with_luma_weighted_statistics(tmp_pa
     data.setup("fit")
     images, _ = next(iter(data.val_dataloader()))
     assert images.shape == (4, 1, 16, 16)
-    mean = data._data_config()["mean"]
+    mean = data.model_data_config()["mean"]
     assert mean == pytest.approx(  # the luma weights of PIL's RGB -> L conversion
         (0.299 * IMAGENET_DEFAULT_MEAN[0] + 0.587 * IMAGENET_DEFAULT_MEAN[1] + 0.114 * IMAGENET_DEFAULT_MEAN[2],)
     )
     # a flat gray file: every output pixel is its value normalised once with the gray statistics
     Image.new("L", (12, 12), 200).save(data.val_set.samples[0][0])
-    std = data._data_config()["std"][0]
+    std = data.model_data_config()["std"][0]
     expected = (200 / 255 - mean[0]) / std
     assert torch.allclose(data.val_set[0][0], torch.full((1, 16, 16), expected), atol=1e-5)
     rgb = ImageFolderDataModule(str(tmp_path), img_size=16, in_chans=3, num_workers=0)

@@ -1,14 +1,24 @@
-"""Datasets and loaders as plain torch (no Lightning): the embedded digits, resumable loading."""
+"""Datasets and loaders as plain torch (no Lightning): the embedded digits, resumable loading, tensor
+stores of decoded images and their batched augmentation."""
 
+from .batch_augmentation import BatchAugmentation
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .resumable import ResumableDataLoader, ResumableSampler, SeededTransformDataset
+from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch, folder_store
 
 __all__ = [
+    "BatchAugmentation",
     "DIGITS_MEAN",
     "DIGITS_STD",
     "ResumableDataLoader",
     "ResumableSampler",
     "SeededTransformDataset",
+    "SeededStoredImages",
+    "StoreError",
+    "StoredImages",
     "TensorImageDataset",
+    "TensorStore",
+    "as_batch",
+    "folder_store",
     "load_digits_tensors",
 ]

@@ -1,13 +1,22 @@
 """Lightning: the classification module, DataModules and the CLI of ``train.py``."""
 
 from .cli import CrateCLI, cli_main
-from .data import Augmentation, CIFARDataModule, DigitsDataModule, ImageDataModule, ImageFolderDataModule
+from .data import (
+    Augmentation,
+    BatchAugmentation,
+    CIFARDataModule,
+    DigitsDataModule,
+    ImageDataModule,
+    ImageFolderDataModule,
+    StoredImageFolderDataModule,
+)
 from .masked_pretraining import MaskedAutoencoder
 from .module import ImageClassifier
 from .rate_monitor import CodingRateMonitor
 
 __all__ = [
     "Augmentation",
+    "BatchAugmentation",
     "CIFARDataModule",
     "CodingRateMonitor",
     "CrateCLI",
@@ -16,5 +25,6 @@ __all__ = [
     "ImageDataModule",
     "ImageFolderDataModule",
     "MaskedAutoencoder",
+    "StoredImageFolderDataModule",
     "cli_main",
 ]

@@ -6,11 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning as L
+import numpy as np
+import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_config
 from torch.utils.data import DataLoader, Dataset
 
 from crate.data import ResumableDataLoader, SeededTransformDataset
 
-__all__ = ["DataError", "ImageDataModule"]
+__all__ = ["LUMA", "DataError", "ImageDataModule"]
+
+LUMA = (0.299, 0.587, 0.114)  # PIL's weights of R, G, B in its conversion to gray
 
 
 class DataError(ValueError):
@@ -83,17 +88,37 @@ class ImageDataModule(L.LightningDataModule):
         outside a fit no batch is ever done, so the count does not matter there)."""
         return self.trainer.num_training_batches if self.trainer is not None else float("inf")
 
+    def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
+        """The training set keyed by ``(index, sample_seed)`` and its collate function (None: torch's)."""
+        return SeededTransformDataset(self.train_set, self.train_transform), None
+
+    def model_data_config(self) -> dict[str, Any]:
+        """timm's data config of the model being trained (when attached to a trainer) or of the model given
+        to ``transforms_from``, otherwise ImageNet's defaults, at this data's channels and ``img_size``;
+        for one channel, mean and std are the luma-weighted averages of three-channel ones."""
+        model = self.transform_model
+        if model is None and self.trainer is not None and self.trainer.lightning_module is not None:
+            model = getattr(self.trainer.lightning_module, "model", None)
+        config = resolve_data_config({}, model=model) if isinstance(model, torch.nn.Module) else {}
+        config = dict(config, input_size=(self.in_chans, self.img_size, self.img_size))
+        mean, std = config.get("mean", IMAGENET_DEFAULT_MEAN), config.get("std", IMAGENET_DEFAULT_STD)
+        if self.in_chans == 1 and len(mean) == 3:  # gray is PIL's luma of RGB: weigh the statistics alike
+            mean, std = (float(np.dot(LUMA, mean)),), (float(np.dot(LUMA, std)),)
+        return dict(config, mean=tuple(mean), std=tuple(std))
+
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are asked for")
+        dataset, collate = self._seeded_train_set()
         self._train_loader = ResumableDataLoader(
-            SeededTransformDataset(self.train_set, self.train_transform),
+            dataset,
             batch_size=self.batch_size,
             seed=self.seed,
             batches_done=self._batches_done,
             epoch_batches=self._epoch_batches,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            **({"collate_fn": collate} if collate is not None else {}),
         )
         if self._resume_state is not None:
             self._train_loader.load_state_dict(self._resume_state)

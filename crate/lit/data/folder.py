@@ -3,20 +3,18 @@ optionally, ``root/test/<class>/*``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform, resolve_data_config
+from timm.data import create_transform
 from torchvision import datasets
 
 from .augmentation import Augmentation, train_transform
 from .base import DataError, ImageDataModule
 
-__all__ = ["DataError", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
-
-LUMA = (0.299, 0.587, 0.114)  # PIL's weights of R, G, B in its conversion to gray
+__all__ = ["DataError", "FolderLayout", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
 
 IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
 
@@ -104,6 +102,47 @@ def _sampled_channels(root: Path, splits: list[str]) -> int:
     return 1
 
 
+@dataclass(frozen=True)
+class FolderLayout:
+    """A checked ``root/{train,val[,test]}/<class>/<images>`` folder: its classes (train/'s), splits, channels
+    (``in_chans`` or, when None, decided from a sample of the images) and the image reader to use."""
+
+    root: Path
+    classes: list[str]
+    splits: list[str]
+    in_chans: int
+    loader: ImageLoader
+
+    @classmethod
+    def read(cls, root: Path, in_chans: int | None) -> FolderLayout:
+        if in_chans not in (None, 1, 3):
+            raise ValueError(f"in_chans must be 1, 3 or None (decided from the images), got {in_chans}")
+        missing = [str(root / split) for split in ("train", "val") if not (root / split).is_dir()]
+        if missing:
+            raise FileNotFoundError(
+                f"ImageFolder root {root} lacks {', '.join(missing)}: give --data.root a folder holding "
+                "train/<class>/<images> and val/<class>/<images>"
+            )
+        classes = _class_names(root / "train")
+        if not classes:
+            raise FileNotFoundError(f"{root / 'train'} holds no class folders (train/<class>/<images>)")
+        splits = ["train", "val"] + (["test"] if (root / "test").is_dir() else [])
+        for split in splits:
+            _check_class_folders(root / split)
+            if unknown := sorted(set(_class_names(root / split)) - set(classes)):
+                raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
+        chans = in_chans if in_chans is not None else _sampled_channels(root, splits)
+        return cls(root, classes, splits, chans, ImageLoader("L" if chans == 1 else "RGB", strict=in_chans is None))
+
+    def samples(self, split: str) -> list[tuple[Path, int]]:
+        """The split's image files, sorted, with the index of their class among train/'s classes."""
+        class_index = {name: index for index, name in enumerate(self.classes)}
+        found = datasets.folder.make_dataset(
+            str(self.root / split), class_index, extensions=IMAGE_SUFFIXES, allow_empty=True
+        )
+        return [(Path(path), label) for path, label in found]
+
+
 class ImageFolderDataModule(ImageDataModule):
     """Images from class folders, with timm's transforms resolved from the model's pretrained cfg.
 
@@ -134,27 +173,11 @@ class ImageFolderDataModule(ImageDataModule):
         predict_split: str = "val",
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split)
-        if in_chans not in (None, 1, 3):
-            raise ValueError(f"in_chans must be 1, 3 or None (decided from the images), got {in_chans}")
         self.augmentation = augmentation
         self.root = Path(root)
-        missing = [str(self.root / split) for split in ("train", "val") if not (self.root / split).is_dir()]
-        if missing:
-            raise FileNotFoundError(
-                f"ImageFolder root {self.root} lacks {', '.join(missing)}: give --data.root a folder holding "
-                "train/<class>/<images> and val/<class>/<images>"
-            )
-        self.classes = _class_names(self.root / "train")
-        if not self.classes:
-            raise FileNotFoundError(f"{self.root / 'train'} holds no class folders (train/<class>/<images>)")
-        self.splits = ["train", "val"] + (["test"] if (self.root / "test").is_dir() else [])
-        for split in self.splits:
-            _check_class_folders(self.root / split)
-            if unknown := sorted(set(_class_names(self.root / split)) - set(self.classes)):
-                raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
-        detected = in_chans is None
-        self._in_chans = in_chans if in_chans is not None else _sampled_channels(self.root, self.splits)
-        self.loader = ImageLoader("L" if self._in_chans == 1 else "RGB", strict=detected)
+        self.layout = FolderLayout.read(self.root, in_chans)
+        self.classes, self.splits, self._in_chans = self.layout.classes, self.layout.splits, self.layout.in_chans
+        self.loader = self.layout.loader
 
     @property
     def num_classes(self) -> int:
@@ -167,21 +190,10 @@ class ImageFolderDataModule(ImageDataModule):
     def in_chans(self) -> int:
         return self._in_chans
 
-    def _data_config(self) -> dict:
-        model = self.transform_model
-        if model is None and self.trainer is not None and self.trainer.lightning_module is not None:
-            model = getattr(self.trainer.lightning_module, "model", None)
-        config = resolve_data_config({}, model=model) if isinstance(model, torch.nn.Module) else {}
-        config = dict(config, input_size=(self._in_chans, self.img_size, self.img_size))
-        mean, std = config.get("mean", IMAGENET_DEFAULT_MEAN), config.get("std", IMAGENET_DEFAULT_STD)
-        if self._in_chans == 1 and len(mean) == 3:  # gray is PIL's luma of RGB: weigh the statistics alike
-            mean, std = (float(np.dot(LUMA, mean)),), (float(np.dot(LUMA, std)),)
-        return dict(config, mean=tuple(mean), std=tuple(std))
-
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        config = self._data_config()
+        config = self.model_data_config()
         augment = train_transform(
             self.augmentation,
             self.img_size,

@@ -1,0 +1,150 @@
+"""Small images at the model's speed: every split decoded once into a uint8 tensor store, training batches
+augmented as whole tensors on the device they train on (:mod:`crate.data.tensor_store`,
+:mod:`crate.data.batch_augmentation`).
+
+A training batch leaves the loader as ``(uint8 images, labels, per-sample seeds)``, one indexing of the
+store, and :meth:`StoredImageDataModule.on_after_batch_transfer` (which Lightning calls after moving the
+batch to the device) augments and normalises it; evaluation batches leave the loader normalised. Nothing is
+decoded while training, so the loader needs no worker processes (``num_workers=0`` by default): on a CPU
+every core stays with the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from crate.data import BatchAugmentation, SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch
+from crate.data.tensor_store import folder_store
+
+from .base import DataError, ImageDataModule
+from .folder import FolderLayout
+
+__all__ = ["StoredImageDataModule", "StoredImageFolderDataModule"]
+
+
+class StoredImageDataModule(ImageDataModule):
+    """Base of the DataModules whose splits are tensor stores; subclasses implement :meth:`stores`.
+
+    Mean and std of the normalisation are those of the model's pretrained cfg (timm's data config, as
+    :class:`ImageFolderDataModule` resolves them), so that timm's own evaluation transform of an exported
+    model normalises as training did. Images are resized to ``img_size`` when stored at another size
+    (antialiased bilinear).
+    """
+
+    def __init__(
+        self,
+        img_size: int,
+        batch_size: int,
+        num_workers: int,
+        augmentation: BatchAugmentation,
+        seed: int,
+        predict_split: str,
+    ) -> None:
+        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
+        self.augmentation = augmentation
+        self.mean: tuple[float, ...] = ()
+        self.std: tuple[float, ...] = ()
+        self._train_store: TensorStore | None = None
+
+    def stores(self) -> dict[str, TensorStore]:
+        """The store of every split the data has: ``train``, ``val`` and, where there is one, ``test``."""
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        config = self.model_data_config()
+        self.mean, self.std = tuple(config["mean"]), tuple(config["std"])
+        stores = self.stores()
+        for split, store in stores.items():
+            if store.images.shape[1] != self.in_chans:
+                raise DataError(f"the {split} store holds {store.images.shape[1]}-channel images, not {self.in_chans}")
+        self._train_store = stores["train"]
+        self.train_set, self.val_set = (
+            StoredImages(stores[s], self.mean, self.std, self.img_size) for s in ("train", "val")
+        )
+        self.test_set = StoredImages(stores["test"], self.mean, self.std, self.img_size) if "test" in stores else None
+
+    def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
+        return SeededStoredImages(self._train_store), as_batch
+
+    def augment(self, images: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        """A uint8 training batch augmented and normalised (each image by its own seed)."""
+        return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if isinstance(batch, (tuple, list)) and len(batch) == 3 and batch[0].dtype == torch.uint8:
+            images, labels, seeds = batch
+            return self.augment(images, seeds), labels
+        return batch
+
+
+class StoredImageFolderDataModule(StoredImageDataModule):
+    """An image folder (``root/{train,val[,test]}/<class>/<images>``, all of one size) through tensor stores.
+
+    The first run decodes every split once (with the same reader as :class:`ImageFolderDataModule`: 16-bit
+    scaled, palettes and alpha converted) into ``<store_dir>/<split>-<L|RGB>.safetensors`` (``store_dir``:
+    ``root/.tensor_store`` by default); later runs read those files, and rebuild one when its folder changed.
+    Images of different sizes are refused (use :class:`ImageFolderDataModule`, which resizes each one).
+
+    Args:
+        root: the folder.
+        img_size: the side the model sees; images stored at another side are resized to it.
+        in_chans: 1, 3 or None (decided from a sample of the images, as ImageFolderDataModule does).
+        store_dir: where the stores are written (a writable folder), ``root/.tensor_store`` by default.
+        augmentation: the batched training augmentation (:class:`crate.data.BatchAugmentation`).
+    """
+
+    has_test_split_note = "there is no test/ folder next to train/ and val/"
+
+    def __init__(
+        self,
+        root: str,
+        img_size: int = 32,
+        in_chans: int | None = None,
+        store_dir: str | None = None,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        augmentation: BatchAugmentation = BatchAugmentation(),  # noqa: B008 - frozen, so one shared default is safe
+        seed: int = 0,
+        predict_split: str = "val",
+    ) -> None:
+        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split)
+        self.root = Path(root)
+        self.layout = FolderLayout.read(self.root, in_chans)
+        self.classes = self.layout.classes
+        self.store_dir = Path(store_dir) if store_dir is not None else self.root / ".tensor_store"
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def in_chans(self) -> int:
+        return self.layout.in_chans
+
+    def has_test_split(self) -> bool:
+        return "test" in self.layout.splits
+
+    def store_path(self, split: str) -> Path:
+        return self.store_dir / f"{split}-{self.layout.loader.mode}.safetensors"
+
+    def stores(self) -> dict[str, TensorStore]:
+        try:
+            return {
+                split: folder_store(
+                    self.layout.samples(split),
+                    self.classes,
+                    self.root / split,
+                    self.store_path(split),
+                    self.layout.loader,
+                )
+                for split in self.layout.splits
+            }
+        except StoreError as err:
+            raise DataError(str(err)) from err
