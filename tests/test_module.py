@@ -80,6 +80,33 @@ def test_optimizer_groups_skip_norms_biases_and_embeddings_and_apply_layer_decay
         ImageClassifier("crate_nano_patch4_32", optimizer="adamww")
 
 
+class _LoggedLR(Callback):
+    """What train/lr logged at each step, beside every group's lr divided by its layer-decay scale."""
+
+    def __init__(self) -> None:
+        self.logged: list[float] = []
+        self.unscaled: list[set[float]] = []
+        self.first_group: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        self.logged.append(float(trainer.callback_metrics["train/lr"]))
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, module: L.LightningModule, optimizer) -> None:
+        self.unscaled.append({round(g["lr"] / g.get("lr_scale", 1.0), 15) for g in optimizer.param_groups})
+        self.first_group.append(optimizer.param_groups[0]["lr"])
+
+
+def test_logged_learning_rate_is_the_schedule_s_under_layer_decay() -> None:
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, layer_decay=0.5)
+    module.hparams.warmup_epochs = 0.5
+    recorder = _LoggedLR()
+    _fit(module, steps=4, callbacks=[recorder])
+    assert all(len(values) == 1 for values in recorder.unscaled)  # one schedule value, scaled per group
+    assert recorder.logged == pytest.approx([values.pop() for values in recorder.unscaled], rel=1e-6)
+    # what was logged before: the first group's, the schedule's value times 0.5 ** 5
+    assert recorder.first_group == pytest.approx([lr * 0.5**5 for lr in recorder.logged], rel=1e-6)
+
+
 @pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "vit_nano_patch4_32"])
 def test_drop_path_rate_is_stochastic_depth_in_training_only(name: str) -> None:
     module = ImageClassifier(name, in_chans=1, img_size=32, drop_path_rate=0.5)

@@ -97,7 +97,7 @@ class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> torch.Tensor:
         loss = self.model.forward_mae(batch[0])[0]
         self.log("train/loss", loss, prog_bar=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False)
         return loss
 
     def _noise(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:

@@ -167,7 +167,7 @@ class ImageClassifier(RunRecord, TimmOptimization, L.LightningModule):
         self.train_acc(logits, targets)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False)
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -57,6 +57,12 @@ class TimmOptimization:
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def applied_lr(self) -> float:
+        """The learning rate the schedule applies now at full scale: the largest of the parameter groups'
+        (under ``layer_decay`` the first groups get the schedule's value times their ``lr_scale``, as
+        little as ``layer_decay ** depth``; the last layers and the head get it unscaled)."""
+        return max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
+
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
         """timm schedulers are stepped by the number of optimizer updates done."""
         scheduler.step_update(num_updates=self.global_step)

@@ -1,0 +1,117 @@
+"""Batched augmentation equals its per-image definition: the padded crop and the flip against a numpy
+transcription, the policy against torchvision's own TrivialAugmentWide operation on each image alone,
+erasing against a per-image loop; and each image's augmentation depends on its seed only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import InterpolationMode, v2
+
+from crate.data.batch_augmentation import POLICY_OPS, BatchAugmentation, normalize, sample_uniforms
+
+MEAN = (0.49, 0.48, 0.45)
+STD = (0.25, 0.24, 0.26)
+FILL = [round(255 * m) for m in MEAN]
+
+
+def _batch(n: int = 24, size: int = 12) -> tuple[torch.Tensor, list[int]]:
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=generator)
+    return images, [1000 + 7 * i for i in range(n)]
+
+
+def test_crop_and_flip_equal_a_numpy_transcription_of_pad_shift_and_mirror() -> None:
+    images, seeds = _batch()
+    augmentation = BatchAugmentation(padding=3, hflip=0.5)
+    out = augmentation(images, seeds, MEAN, STD)
+    uniforms = sample_uniforms(seeds).numpy()
+    flips = 0
+    for i, image in enumerate(images.numpy()):
+        top, left = int(uniforms[i, 0] * 7), int(uniforms[i, 1] * 7)
+        canvas = np.stack([np.pad(channel, 3, constant_values=FILL[c]) for c, channel in enumerate(image)])
+        expected = canvas[:, top : top + 12, left : left + 12]
+        if uniforms[i, 2] < 0.5:
+            expected, flips = expected[:, :, ::-1], flips + 1
+        expected = (expected.astype(np.float32) / 255 - np.float32(MEAN)[:, None, None]) / np.float32(STD)[
+            :, None, None
+        ]
+        np.testing.assert_allclose(out[i].numpy(), expected, atol=1e-6)
+    assert 0 < flips < len(images)  # both branches were exercised
+
+
+def test_the_policy_equals_torchvision_s_trivial_augment_operation_on_each_image_alone() -> None:
+    images, _ = _batch(n=200)
+    seeds = list(range(200))
+    augmentation = BatchAugmentation(padding=0, hflip=0.0, policy="trivial")
+    out = augmentation.apply_policy(images, sample_uniforms(seeds), torch.tensor(FILL, dtype=torch.uint8))
+    reference = v2.TrivialAugmentWide(num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=FILL)
+    names = dict(zip(POLICY_OPS, reference._AUGMENTATION_SPACE, strict=True))
+    choices = augmentation.policy_choices(sample_uniforms(seeds))
+    assert {op for op, _ in choices} == set(POLICY_OPS)  # every operation drawn at least once
+    for i, (op, magnitude) in enumerate(choices):
+        name = names[op]
+        magnitudes_fn, signed = reference._AUGMENTATION_SPACE[name]
+        if op == "solarize":  # torchvision's solarize magnitude is a fraction of the full scale
+            magnitude = magnitude / 255.0
+        bins = magnitudes_fn(31, 12, 12)
+        if bins is not None:  # the magnitude is one of torchvision's bins, signed where it is
+            bins = bins.double()
+            assert torch.isclose(bins, torch.tensor(abs(magnitude), dtype=torch.float64), atol=1e-6).any(), op
+            assert signed or magnitude >= 0
+        expected = reference._apply_image_or_video_transform(
+            tv_tensors.Image(images[i]), name, magnitude, InterpolationMode.NEAREST, {tv_tensors.Image: FILL}
+        )
+        assert torch.equal(out[i], expected.as_subclass(torch.Tensor)), (op, magnitude)
+
+
+def test_erasing_sets_one_rectangle_of_the_drawn_area_and_ratio_to_the_mean() -> None:
+    images, seeds = _batch(n=64, size=16)
+    augmentation = BatchAugmentation(padding=0, hflip=0.0, re_prob=0.5)
+    normalised = normalize(images, MEAN, STD)
+    out = augmentation.erase(normalised, sample_uniforms(seeds))
+    uniforms = sample_uniforms(seeds).numpy()
+    erased = 0
+    for i in range(64):
+        expected = normalised[i].clone()
+        if uniforms[i, 6] < 0.5:
+            area = 256 * (0.02 + uniforms[i, 7] * (1 / 3 - 0.02))
+            ratio = math.exp(math.log(0.3) + uniforms[i, 8] * (math.log(1 / 0.3) - math.log(0.3)))
+            h = min(max(round(math.sqrt(area * ratio)), 1), 16)
+            w = min(max(round(math.sqrt(area / ratio)), 1), 16)
+            top, left = int(uniforms[i, 9] * (16 - h + 1)), int(uniforms[i, 10] * (16 - w + 1))
+            expected[:, top : top + h, left : left + w] = 0.0
+            erased += 1
+        assert torch.equal(out[i], expected)
+    assert 0 < erased < 64
+
+
+def test_each_image_s_augmentation_depends_on_its_own_seed_only() -> None:
+    """Another batch composition (resume, batch size, DDP split) gives each image the same augmentation."""
+    images, seeds = _batch(n=32)
+    augmentation = BatchAugmentation(padding=4, hflip=0.5, policy="trivial", re_prob=0.3)
+    whole = augmentation(images, seeds, MEAN, STD)
+    order = torch.randperm(32, generator=torch.Generator().manual_seed(0))[:11]
+    part = augmentation(images[order], [seeds[i] for i in order], MEAN, STD)
+    assert torch.equal(part, whole[order])
+    other = augmentation(images, [s + 1 for s in seeds], MEAN, STD)
+    assert not torch.equal(other, whole)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(padding=-1), "padding"),
+        (dict(hflip=1.5), "hflip"),
+        (dict(re_prob=-0.1), "re_prob"),
+        (dict(policy="rand-m9"), "policy"),
+        (dict(magnitude_bins=1), "magnitude_bins"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_setting_named(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BatchAugmentation(**settings)

@@ -1,0 +1,116 @@
+"""Tensor stores: the decoded images equal PIL's decoding, the cache is reused and rebuilt when the folder
+changes, the evaluation form equals timm's own transform, and bad stores and folders are one clear error."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image
+from timm.data import create_transform, resolve_data_config
+
+import crate  # noqa: F401 - registers the zoo
+from crate.lit.data import StoredImageFolderDataModule
+from crate.lit.data.base import DataError
+
+
+def write_folder(root: Path, size: int = 8, classes: int = 3, per_class: int = 4, suffix: str = ".jpg") -> None:
+    """A small image folder of colour images (JPEG: lossy, so PIL's decoding is what a store must equal)."""
+    rng = np.random.default_rng(1)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = root / split / f"class_{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}{suffix}")
+
+
+def _setup(root: Path, **kwargs) -> StoredImageFolderDataModule:
+    data = StoredImageFolderDataModule(str(root), img_size=kwargs.pop("img_size", 8), batch_size=5, **kwargs)
+    data.setup("fit")
+    return data
+
+
+def test_store_holds_exactly_pil_s_decoding_of_every_image_with_its_label(tmp_path: Path) -> None:
+    write_folder(tmp_path)
+    data = _setup(tmp_path)
+    for split, stored in (("train", data.train_set), ("val", data.val_set)):
+        files = sorted((tmp_path / split).glob("*/*.jpg"))
+        assert len(stored) == len(files) == 12
+        for i, file in enumerate(files):
+            expected = np.asarray(Image.open(file).convert("RGB")).transpose(2, 0, 1)
+            assert np.array_equal(stored.store.images[i].numpy(), expected)
+            assert stored.store.labels[i] == int(file.parent.name.split("_")[1])
+    assert data.store_path("train").is_file() and data.store_path("val").is_file()
+
+
+def test_store_is_reused_and_rebuilt_when_the_folder_changes(tmp_path: Path, capsys) -> None:
+    write_folder(tmp_path)
+    _setup(tmp_path)
+    assert "decoding 12 images" in capsys.readouterr().out
+    written = data_mtime = _setup(tmp_path).store_path("train").stat().st_mtime_ns
+    assert "decoding" not in capsys.readouterr().out  # read back, not decoded again
+    changed = tmp_path / "train" / "class_1" / "2.jpg"
+    Image.fromarray(np.full((8, 8, 3), 7, dtype=np.uint8)).save(changed)
+    os.utime(changed, ns=(data_mtime + 10**9, data_mtime + 10**9))
+    data = _setup(tmp_path)
+    assert "changed since" in capsys.readouterr().out
+    assert data.store_path("train").stat().st_mtime_ns != written
+    index = sorted((tmp_path / "train").glob("*/*.jpg")).index(changed)
+    assert np.array_equal(
+        data.train_set.store.images[index].numpy(), np.asarray(Image.open(changed)).transpose(2, 0, 1)
+    )
+
+
+def test_evaluation_batches_equal_timm_s_transform_from_the_model_s_cfg(tmp_path: Path) -> None:
+    """What a shipped cfg must reproduce: timm's eval transform of a 32-pixel PNG (resize and centre crop
+    at crop_pct 1.0, ToTensor, the cfg's mean and std) gives the very tensor the store path validated on."""
+    write_folder(tmp_path, size=32, suffix=".png")
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3)
+    data = StoredImageFolderDataModule(str(tmp_path), img_size=32, batch_size=5)
+    data.transforms_from(model)
+    data.setup("fit")
+    transform = create_transform(**resolve_data_config({}, model=model))
+    files = sorted((tmp_path / "val").glob("*/*.png"))
+    images, labels = next(iter(data.val_dataloader()))
+    for i in range(5):
+        expected = transform(Image.open(files[i]).convert("RGB"))
+        torch.testing.assert_close(images[i], expected, atol=1e-6, rtol=0)
+    assert data.mean == tuple(model.pretrained_cfg["mean"]) and data.std == tuple(model.pretrained_cfg["std"])
+
+
+def test_a_corrupt_store_is_one_error_that_says_to_delete_it(tmp_path: Path) -> None:
+    write_folder(tmp_path)
+    path = _setup(tmp_path).store_path("train")
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(DataError, match=r"unreadable .*delete it and it is rebuilt") as caught:
+        _setup(tmp_path)
+    assert "\n" not in str(caught.value)
+    path.unlink()
+    assert len(_setup(tmp_path).train_set) == 12  # deleted: rebuilt
+
+
+def test_missing_folder_mixed_sizes_and_unreadable_images_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"lacks .*train.*--data.root"):
+        StoredImageFolderDataModule(str(tmp_path / "nowhere"))
+    write_folder(tmp_path)
+    odd = tmp_path / "val" / "class_0" / "big.jpg"
+    Image.fromarray(np.zeros((9, 8, 3), dtype=np.uint8)).save(odd)
+    with pytest.raises(DataError, match=r"big.jpg is 8x9 pixels .*one size.*ImageFolderDataModule"):
+        _setup(tmp_path)
+    odd.write_bytes(b"not an image")
+    with pytest.raises(DataError, match=r"cannot read image .*big.jpg.*replace or remove"):
+        _setup(tmp_path)
+
+
+def test_an_unwritable_store_folder_says_to_set_store_dir(tmp_path: Path) -> None:
+    write_folder(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DataError, match=r"--data.store_dir"):
+        _setup(tmp_path, store_dir=str(blocker / "stores"))
