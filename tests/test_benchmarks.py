@@ -153,3 +153,24 @@ def test_preset_cycle_resumes_validates_and_reloads_through_timm(tmp_path: Path)
     assert record["wrapper_prefixes"] == []  # no _orig_mod. from the compiled model
     # the weights through timm, eager, against the compiled model under train.py validate (bf16 near-ties)
     assert abs(record["timm_reload_acc"] - record["validate_val_acc"]) <= 3 / 360
+
+
+def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path: Path, monkeypatch) -> None:
+    import data_throughput
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "folder", size=32, classes=2, per_class=20, suffix=".png")
+    config = tmp_path / "recipe.yaml"
+    config.write_text("data:\n  init_args:\n    batch_size: 8\n    augmentation:\n      policy: trivial\n")
+    out = tmp_path / "throughput.json"
+    args = ["--root", str(tmp_path / "folder"), "--config", str(config), "--model", "crate_nano_patch4_32"]
+    args += ["--batches", "2", "--steps", "1", "--rounds", "1", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["data_throughput.py", *args])
+    data_throughput.main()
+    result = json.loads(out.read_text())
+    assert result["path_over_pil"] == pytest.approx(result["path_images_per_s"] / result["pil_images_per_s"])
+    assert result["pil_images_per_s"] == max(result["pil_images_per_s_by_workers"].values())
+    assert result["step_fed_ratio"] == pytest.approx(
+        result["step_fed_images_per_s"] / result["step_resident_images_per_s"]
+    )
+    assert result["store_augmentation"]["policy"] == "trivial" and result["batch_size"] == 8

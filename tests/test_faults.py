@@ -140,3 +140,29 @@ def test_missing_checkpoint_and_missing_dataset_get_clear_errors(tmp_path: Path)
         "--data.download", "false", "--log_root", str(tmp_path), "--trainer.max_epochs", "1",
     )  # fmt: skip
     assert proc.returncode != 0 and "cifar-10-batches-py" in proc.stderr
+
+
+def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(tmp_path: Path) -> None:
+    """The CIFAR recipe's path: stores of a folder, batches augmented on the device by per-image seeds
+    (the policy included); interrupted mid-epoch and resumed, the weights end equal to an uninterrupted run."""
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "folder", size=32, classes=2, per_class=20, suffix=".png")
+    recipe = [
+        "--config", str(REPO / "configs" / "cifar10.yaml"), "--data.root", str(tmp_path / "folder"),
+        "--data.batch_size", "8", "--model.model_name", "crate_nano_patch4_32", "--trainer.max_epochs", "2",
+        "--trainer.deterministic", "true", "--latest_checkpoint.every_n_train_steps", "3",
+        "--rate_monitor.every_n_steps", "4", "--data.augmentation.re_prob", "0.5",
+    ]  # fmt: skip
+    whole = tmp_path / "whole"
+    _ok(run_train("fit", *recipe, "--log_root", str(whole)))
+    kill = _extra_config(tmp_path, "kill", [{"class_path": "helpers.SignalAtStep", "init_args": {"step": 7}}])
+    cut = tmp_path / "cut"
+    run_train("fit", *recipe, "--config", kill, "--log_root", str(cut))
+    run = cut / "cifar10" / "version_0" / "checkpoints"
+    assert torch.load(run / "last.ckpt", weights_only=True)["global_step"] == 7  # 5 batches an epoch
+    _ok(run_train("fit", *recipe, "--log_root", str(cut), "--ckpt_path", "last"))
+    reference = _weights(whole / "cifar10" / "version_0" / "checkpoints" / "last.ckpt")
+    ours = _weights(run / "last.ckpt")
+    for key in reference:
+        assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
