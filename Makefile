@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
-.PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling
+.PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling \
+	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +66,33 @@ checkpoints: $(STAMP)
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
 
+# CIFAR-10's 50,000 training images as an image folder (cifar10/train: 45,000, cifar10/val: 5,000) extracted
+# into the git-ignored data/ folder; CIFAR10_TAR names the archive.
+CIFAR10_TAR ?= ../shared/data/cifar10-trainval.tar.gz
+cifar10-data:
+	@test -f "$(CIFAR10_TAR)" || { echo "no archive $(CIFAR10_TAR): set CIFAR10_TAR=PATH to the CIFAR-10 image-folder archive (cifar10/train, cifar10/val)" >&2; exit 2; }
+	mkdir -p data
+	tar -xzf "$(CIFAR10_TAR)" -C data
+	@echo "CIFAR-10 in data/cifar10: $$(find data/cifar10/train -type f | wc -l) train and $$(find data/cifar10/val -type f | wc -l) val images"
+
+# The CIFAR-10 weights that ship in checkpoints/ (pretrained tags <model>.cifar10): each trained with its
+# recipe (configs/cifar10.yaml + configs/cifar10/<model>.yaml), then exported with its card. Resumable: a
+# run interrupted (or stopped at the end of a session) continues from its last checkpoint, and a model whose
+# file is already in checkpoints/ is skipped (delete the file to retrain it).
+SHIPPED_CIFAR10 ?= crate_nano_patch4_32 crate_micro_patch4_32 crate_alpha_nano_patch4_32 \
+	crate_alpha_micro_patch4_32 vit_nano_patch4_32 vit_micro_patch4_32 tost_nano_patch4_32
+checkpoints-cifar10: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	set -e; for m in $(SHIPPED_CIFAR10); do \
+	  out=checkpoints/$$m.cifar10.safetensors; \
+	  if [ -f $$out ]; then echo "$$out exists: skipped"; continue; fi; \
+	  cmd="python train.py fit --config configs/cifar10.yaml --config configs/cifar10/$$m.yaml --log_root logs/cifar10"; \
+	  run=logs/cifar10/$$m.cifar10/version_0/checkpoints; \
+	  if [ -e $$run/last.ckpt ]; then resume="--ckpt_path last"; else resume=""; fi; \
+	  $(VENV)/bin/$$cmd $$resume; \
+	  $(PY) -m crate.export $$run/last.ckpt --out $$out --dtype float16 --train-command "$$cmd"; \
+	done
+
 # Accuracy of every shipped tag on its dataset's evaluation split, in timm's results CSV format
 # (results/results-<dataset>.csv).
 results: $(STAMP)
@@ -85,3 +113,13 @@ zoo-table: $(STAMP)
 
 attention-scaling: $(STAMP)
 	$(PY) benchmarks/attention_scaling.py
+
+# The tensor-store data path against the PIL path on CIFAR-10 (benchmarks/results/data_throughput.json).
+data-throughput: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	$(PY) benchmarks/data_throughput.py
+
+# Wall time to 0.70 / 0.80 / 0.85 val accuracy of the CRATE and ViT-twin CIFAR-10 recipes, store and PIL paths.
+time-to-accuracy: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	$(PY) benchmarks/time_to_accuracy.py

@@ -174,3 +174,29 @@ def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path
         result["step_fed_images_per_s"] / result["step_resident_images_per_s"]
     )
     assert result["store_augmentation"]["policy"] == "trivial" and result["batch_size"] == 8
+
+
+def test_time_to_accuracy_reports_the_first_validation_at_each_threshold_for_both_paths(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import time_to_accuracy
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "folder", size=32, classes=2, per_class=16, suffix=".png")
+    out = tmp_path / "tta.json"
+    args = ["--models", "crate_nano_patch4_32", "--root", str(tmp_path / "folder"), "--max-epochs", "2"]
+    args += ["--pil-workers", "0", "--log-root", str(tmp_path / "logs"), "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args])
+    time_to_accuracy.main()
+    runs = json.loads(out.read_text())["runs"]
+    assert [run["path"] for run in runs] == ["store", "pil"]
+    for run in runs:
+        points = time_to_accuracy.validations(tmp_path / "logs" / f"crate_nano_patch4_32.{run['path']}" / "version_0")
+        assert [epoch for epoch, _, _ in points] == [0, 1] and points[0][2] < points[1][2]  # elapsed grows
+        for threshold, reached in run["reached"].items():
+            expected = next((p for p in points if p[1] >= float(threshold)), None)
+            assert (reached is None) == (expected is None)
+            if reached is not None:
+                assert reached["seconds"] == expected[2] and reached["epoch"] == expected[0] + 1
+    config = (tmp_path / "logs" / "crate_nano_patch4_32.pil" / "version_0" / "config.yaml").read_text()
+    assert "ImageFolderDataModule" in config and "StoredImageFolderDataModule" not in config

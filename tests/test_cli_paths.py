@@ -215,3 +215,30 @@ def test_zoo_configs_layer_over_the_default_job_and_build_their_model(config: Pa
     cli.datamodule.setup("fit")
     images = next(iter(cli.datamodule.train_dataloader()))[0]
     assert cli.model(images[:4]).shape == (4, 10)
+
+
+CIFAR10 = REPO / "configs" / "cifar10.yaml"
+CIFAR10_RECIPES = sorted((REPO / "configs" / "cifar10").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CIFAR10_RECIPES, ids=lambda p: p.stem)
+def test_cifar10_recipes_build_their_model_on_the_store_path(config: Path, tmp_path: Path) -> None:
+    """Every CIFAR-10 recipe parses, builds the model it names and trains on stored, batch-augmented images
+    (a small folder of 32-pixel images stands in for CIFAR-10)."""
+    from test_tensor_store import write_folder
+
+    from crate.lit import MaskedAutoencoder, StoredImageFolderDataModule, cli_main
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    pretraining = config.stem.endswith("_pretrain")
+    layers = ["--config", str(config)] if pretraining else ["--config", str(CIFAR10), "--config", str(config)]
+    args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
+    cli = cli_main(args, run=False, **({"model_class": MaskedAutoencoder} if pretraining else {}))
+    assert isinstance(cli.datamodule, StoredImageFolderDataModule)
+    assert cli.model.hparams.model_name == config.stem.removesuffix("_pretrain").removesuffix("_probe")
+    assert cli.config.run_name.startswith(cli.model.hparams.model_name + ".cifar10")
+    cli.datamodule.setup("fit")
+    batch = cli.datamodule.on_after_batch_transfer(next(iter(cli.datamodule.train_dataloader())), 0)
+    assert batch[0].dtype == torch.float32 and batch[0].shape[1:] == (3, 32, 32)
+    if not pretraining:
+        assert cli.model(batch[0][:2]).shape == (2, 10)

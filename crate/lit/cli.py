@@ -29,6 +29,7 @@ from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
 from .run_record import PROGRAMS, module_kind
+from .wall_clock import WallClock
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
 
@@ -169,6 +170,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite_guard")
         parser.add_lightning_class_args(InterruptCheckpoint, "interrupt_checkpoint")
         parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
+        parser.add_lightning_class_args(WallClock, "wall_clock")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")

@@ -1,0 +1,110 @@
+"""Wall time until the validation accuracy first reaches 0.70 / 0.80 / 0.85, for the CIFAR-10 recipes of
+CRATE and its ViT twin, on the tensor-store path and on the PIL image-folder path, on this machine.
+
+Each (model, path) trains with ``train.py`` in this process (``configs/cifar10.yaml`` + the model's recipe)
+and stops at the highest threshold or after ``--max-epochs``; times are the ``time/elapsed_s`` the run
+logged at each validation (the fit's wall time, validation included). Both paths train with the same
+padded crop and flip and no policy, so that the data path is the only difference: the PIL path decodes and
+transforms each image with PIL and timm in the loader (``--pil-workers`` processes), the store path indexes
+the store and augments the batch in the training process.
+
+    .venv/bin/python benchmarks/time_to_accuracy.py --max-epochs 30   # benchmarks/results/time_to_accuracy.json
+
+Runs already in ``--log-root`` are read back, not trained again (delete a run's folder to retrain it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+from pathlib import Path
+
+import yaml
+
+from crate.lit import cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+THRESHOLDS = (0.70, 0.80, 0.85)
+PATHS = ("store", "pil")
+
+
+def _run_config(model: str, path: str, options: argparse.Namespace) -> Path:
+    """The recipe (``configs/cifar10.yaml`` with the model's file over it) with the path's data section."""
+    config = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
+    for key, value in yaml.safe_load((REPO / "configs" / "cifar10" / f"{model}.yaml").read_text()).items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    shared = {"root": options.root, "img_size": 32, "batch_size": config["data"]["init_args"]["batch_size"]}
+    if path == "store":
+        augmentation = {"padding": 4, "hflip": 0.5, "policy": None, "re_prob": 0.0}
+        config["data"] = {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": shared}
+    else:
+        augmentation = {"padding": 4, "hflip": 0.5, "auto_augment": None, "re_prob": 0.0}
+        shared["num_workers"] = options.pil_workers
+        config["data"] = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": shared}
+    shared["augmentation"] = augmentation
+    out = Path(options.log_root) / f"{model}.{path}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+def validations(run: Path) -> list[tuple[int, float, float]]:
+    """(epoch, val/acc, time/elapsed_s) of every validation a run logged."""
+    with (run / "metrics.csv").open() as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get("val/acc") and r.get("time/elapsed_s")]
+    return [(int(r["epoch"]), float(r["val/acc"]), float(r["time/elapsed_s"])) for r in rows]
+
+
+def first_reached(points: list[tuple[int, float, float]], threshold: float) -> dict[str, float] | None:
+    for epoch, accuracy, seconds in points:
+        if accuracy >= threshold:
+            return {"seconds": seconds, "epoch": epoch + 1, "val_acc": accuracy}
+    return None
+
+
+def train(model: str, path: str, options: argparse.Namespace) -> Path:
+    run_name = f"{model}.{path}"
+    run = Path(options.log_root) / run_name / "version_0"
+    if (run / "metrics.csv").is_file():
+        return run
+    stop = {"class_path": "lightning.pytorch.callbacks.EarlyStopping"}
+    stop["init_args"] = {"monitor": "val/acc", "mode": "max", "stopping_threshold": max(THRESHOLDS), "patience": 10**6}
+    args = ["fit", "--config", str(_run_config(model, path, options)), "--trainer.max_epochs", str(options.max_epochs)]
+    args += ["--trainer.callbacks+", json.dumps(stop), "--run_name", run_name, "--log_root", options.log_root]
+    cli_main(args)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["crate_nano_patch4_32", "vit_nano_patch4_32"])
+    parser.add_argument("--root", default=str(REPO / "data" / "cifar10"))
+    parser.add_argument("--max-epochs", type=int, default=30)
+    parser.add_argument("--pil-workers", type=int, default=2)
+    parser.add_argument("--log-root", default=str(REPO / "logs" / "time_to_accuracy"))
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "time_to_accuracy.json"))
+    options = parser.parse_args()
+    results = []
+    for model in options.models:
+        for path in PATHS:
+            points = validations(train(model, path, options))
+            row = {"model": model, "path": path, "epochs_run": len(points)}
+            row["epoch_s"] = points[-1][2] / len(points) if points else None
+            row["best_val_acc"] = max((acc for _, acc, _ in points), default=None)
+            row["reached"] = {f"{t:.2f}": first_reached(points, t) for t in THRESHOLDS}
+            results.append(row)
+            reached = ", ".join(
+                f"{t}: {r['seconds']:.0f} s (epoch {r['epoch']})" if r else f"{t}: not reached"
+                for t, r in row["reached"].items()
+            )
+            print(f"{model} {path}: {reached}; best {row['best_val_acc']}")
+    summary = {"runs": results, "max_epochs": options.max_epochs, "pil_workers": options.pil_workers}
+    summary["machine"] = platform.processor() or platform.machine()
+    Path(options.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {options.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Wall time of a fit in the logs: per epoch, and in all up to each validation (for time to accuracy)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+__all__ = ["WallClock"]
+
+
+class WallClock(Callback):
+    """Logs ``time/epoch_s``, the wall seconds of each training epoch (its validation included), and at each
+    validation ``time/elapsed_s``, the wall seconds of the fit so far. A checkpoint carries the elapsed time,
+    so a resumed run counts on from it (the time between the interruption and the resume is not counted)."""
+
+    def __init__(self) -> None:
+        self.carried = 0.0
+        self._fit_start: float | None = None
+        self._epoch_start: float | None = None
+
+    def elapsed(self) -> float:
+        running = time.perf_counter() - self._fit_start if self._fit_start is not None else 0.0
+        return self.carried + running
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._epoch_start is not None:
+            pl_module.log("time/epoch_s", time.perf_counter() - self._epoch_start, on_epoch=True)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            pl_module.log("time/elapsed_s", self.elapsed(), on_epoch=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"elapsed_s": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.carried = float(state_dict.get("elapsed_s", 0.0))
