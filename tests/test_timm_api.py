@@ -56,7 +56,8 @@ def test_the_zoo_is_complete() -> None:
     }
     variants = {f"vit_nano_patch4_32_{v}" for v in ("rbf", "poly2", "linear", "bn", "sh", "bnsh")}
     variants |= {"crate_nano_patch4_32_bn", "crate_nano_patch4_32_sh"}
-    assert alpha | variants | TOST | MAE <= set(ZOO) and len(ZOO) == 32
+    ablations = {f"crate_{size}_patch4_32_{a}" for size in ("nano", "micro") for a in ("mlp", "mhsa", "attn_only")}
+    assert alpha | variants | ablations | TOST | MAE <= set(ZOO) and len(ZOO) == 38
     assert len(timm.list_models("tost_*")) == 13
 
 

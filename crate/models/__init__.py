@@ -4,6 +4,7 @@ from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
+from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
 from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
 from .tost import ToST, ToSTBlock
@@ -15,9 +16,11 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "CrateAlphaBlock",
+    "CrateAttentionOnlyBlock",
     "CrateBlock",
     "CrateMAE",
     "CrateMAEDecoderBlock",
+    "CrateMLPBlock",
     "ToST",
     "ToSTBlock",
     "VIT_VARIANTS",
