@@ -6,16 +6,19 @@ Per-layer quantities are read from one trace of the model (``trace_model``); ``l
 
 from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
+from .controls import COMPRESSION_CONTROLS, compression_controls
 from .layerwise import MONITORED, QUANTITIES, LayerwiseRates, layerwise_values, series
 from .trace import trace_model, transformer_blocks
 
 __all__ = [
+    "COMPRESSION_CONTROLS",
     "MONITORED",
     "QUANTITIES",
     "CodingRate",
     "CompressionRate",
     "LayerwiseRates",
     "SparseRateReduction",
+    "compression_controls",
     "Sparsity",
     "functional",
     "layerwise_values",
