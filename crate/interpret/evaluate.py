@@ -14,6 +14,7 @@ from crate.layers.trace import BlockTrace
 from crate.metrics import QUANTITIES, layerwise_values, trace_model, transformer_blocks
 from crate.metrics.functional import default_eps
 
+from .controls import INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
 from .geometry import (
     dictionary_coherence,
     gram_identity_distance,
@@ -41,12 +42,14 @@ from .segmentation import attention_masks, foreground_patches, mask_iou, random_
 __all__ = [
     "attention_lenses",
     "evaluate_model",
+    "figure_controls",
     "layer_features",
     "layerwise_curves",
     "linear_probe",
     "operator_geometry",
     "segmentation_scores",
     "seed_lenses",
+    "trace_figures",
 ]
 
 CONVENTIONS = ("official", "paper")
@@ -177,6 +180,52 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, va
     return float(classifier.score(scaler.transform(val_x), val_y))
 
 
+def trace_figures(
+    model: nn.Module, data: EvalData, eps: dict[str, float], lam: float, probe_images: int, top_k: int, mass: float
+) -> dict[str, Any]:
+    """The figures read from the model's traces: layerwise curves, lenses, seeds' lenses, segmentation
+    (where the data has foreground masks) and geometry."""
+    images = data.val_images[:probe_images]
+    traces = trace_model(model, images)
+    segmentation = None
+    if data.val_masks is not None and traces[0].attention is not None:  # TSSA (ToST) forms no attention maps
+        segmentation = segmentation_scores(model, data.val_images, data.val_masks, mass=mass)
+    return {
+        "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
+        "attention": [attention_lenses(trace, top_k) if trace.attention is not None else None for trace in traces],
+        "seeds": [seed_lenses(trace) for trace in traces],
+        "segmentation": segmentation,
+        "geometry": operator_geometry(model, traces),
+    }
+
+
+def figure_controls(
+    model: nn.Module,
+    data: EvalData,
+    eps: dict[str, float],
+    lam: float,
+    probe_images: int,
+    top_k: int,
+    mass: float,
+    init_seeds: tuple[int, ...] = INIT_SEEDS,
+) -> dict[str, Any]:
+    """The controls of :mod:`crate.interpret.controls`: the trace figures of the architecture at its
+    initialisation (mean over ``init_seeds``), the compression controls and the uniform map's values."""
+    images = data.val_images[:probe_images]
+    initial = [
+        trace_figures(initialised(model, seed), data, eps, lam, probe_images, top_k, mass) for seed in init_seeds
+    ]
+    first = trace_model(model, images[:1])[0]
+    uniform = None
+    if first.attention is not None:
+        uniform = uniform_map(first.attention.shape[1], first.attention.shape[-1], top_k)
+    return {
+        "random_init": dict(mean_of(initial), init_seeds=list(init_seeds)),
+        "compression": compression_control_curves(model, images, eps),
+        "uniform_map": uniform,
+    }
+
+
 @torch.no_grad()
 def evaluate_model(
     model: nn.Module,
@@ -186,14 +235,15 @@ def evaluate_model(
     probe_images: int = 128,
     top_k: int = 5,
     mass: float = 0.6,
+    controls: bool = True,
 ) -> dict[str, Any]:
     """All numbers of the report for one model: accuracy, layerwise curves in both conventions (``eps``
     per convention, defaults 0.01 official and 0.5 paper), lenses, seeds' lenses, segmentation (where the
-    data has foreground masks), geometry and linear probes."""
+    data has foreground masks), geometry and linear probes; with ``controls``, each trace figure also for
+    the untrained architecture and the compression and uniform-map controls (``result["controls"]``)."""
     model.eval()
     eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
-    images = data.val_images[:probe_images]
-    traces = trace_model(model, images)
+    figures = trace_figures(model, data, eps, lam, probe_images, top_k, mass)
     # on the whole validation split; a model without a classifier (a masked-pretraining checkpoint) has none
     accuracy = held_out_accuracy(model, data.val_set) if getattr(model, "num_classes", 1) else None
     train_features = layer_features(model, data.train_images)
@@ -202,11 +252,7 @@ def evaluate_model(
         linear_probe(tr, data.train_labels.numpy(), va, data.val_labels.numpy())
         for tr, va in zip(train_features, val_features, strict=True)
     ]
-    segmentation = None
-    has_maps = traces[0].attention is not None  # TSSA (ToST) forms no attention maps
-    if data.val_masks is not None and has_maps:
-        segmentation = segmentation_scores(model, data.val_images, data.val_masks, mass=mass)
-    return {
+    result = {
         "architecture": type(model).__name__,
         # query = key: symmetric PSD scores by construction, whatever the weights
         "shared_query_key": all(getattr(b.attn, "shared_query_key", False) for b in transformer_blocks(model)),
@@ -214,12 +260,11 @@ def evaluate_model(
         "data": data.name,
         "val_accuracy": accuracy,
         "val_images": len(data.val_set),
-        "rate_settings": {"eps": eps, "lambda": lam, "images": len(images)},
-        "layerwise": {c: layerwise_curves(traces, eps[c], c, lam) for c in CONVENTIONS},
-        "attention": [attention_lenses(trace, top_k) if trace.attention is not None else None for trace in traces],
-        "seeds": [seed_lenses(trace) for trace in traces],
+        "rate_settings": {"eps": eps, "lambda": lam, "images": min(probe_images, len(data.val_images))},
+        **figures,
         "top_k": top_k,
-        "segmentation": segmentation,
-        "geometry": operator_geometry(model, traces),
         "linear_probe_accuracy": probes,
     }
+    if controls:
+        result["controls"] = figure_controls(model, data, eps, lam, probe_images, top_k, mass)
+    return result

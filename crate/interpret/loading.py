@@ -22,6 +22,7 @@ from crate.errors import innermost_refusal
 from crate.layers import patch_embed_in_chans
 from crate.models import CheckpointError, read_checkpoint
 
+from .controls import remember_build
 from .segmentation import load_mask_folder, stroke_pixels
 
 __all__ = [
@@ -65,6 +66,7 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
         if not timm.is_model_pretrained(name) and "." not in name:
             raise ValueError(f"give --checkpoint for {name}, or a pretrained tag such as {name}.digits")
         model = timm.create_model(name, pretrained=True).eval()
+        remember_build(model, name, {})
         cfg = model.pretrained_cfg.get("file")
         return model, (read_checkpoint(cfg).data_config if cfg else None)
     held = read_checkpoint(checkpoint)
@@ -90,6 +92,7 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
             f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
+    remember_build(model, name, kwargs)
     return model.eval(), held.data_config
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,44 @@ def _arrows(before: list[float], after: list[float]) -> str:
     return ", ".join(f"{b:.1f} -> {a:.1f}" for b, a in zip(before, after, strict=True))
 
 
+def _falls(before: list[float], after: list[float | None]) -> str:
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if a is not None]
+    if not pairs:
+        return "n/a"
+    falls = sum(a < b for b, a in pairs)
+    return f"falls in {falls}/{len(pairs)} layers: {_arrows(*zip(*pairs, strict=True))}"
+
+
 def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
+    """The trained figure, then its controls where the result has them: the same architecture at its
+    initialisation, the attention update negated and the theory's step (see crate.interpret.controls)."""
     curves = result["layerwise"][convention]
-    before, after = curves[f"{stem}_before_attention"], curves[f"{stem}_after_attention"]
-    falls = sum(a < b for b, a in zip(before, after, strict=True))
-    return f"falls in {falls}/{len(before)} layers: {_arrows(before, after)}"
+    before = curves[f"{stem}_before_attention"]
+    cell = "trained " + _falls(before, curves[f"{stem}_after_attention"])
+    controls = result.get("controls")
+    if controls is None:
+        return cell
+    initial = controls["random_init"]["layerwise"][convention]
+    cell += "; random init " + _falls(initial[f"{stem}_before_attention"], initial[f"{stem}_after_attention"])
+    if stem == "Rc":
+        steps = controls["compression"][convention]
+        cell += "; update negated " + _falls(before, steps["Rc_after_attention_negated"])
+        cell += "; theory step " + _falls(before, steps["Rc_after_attention_theory_step"])
+    return cell
+
+
+def _with_init(result: dict[str, Any], cell: Callable[[dict[str, Any]], str]) -> str:
+    """``cell`` of the trained model, with the same cell of the untrained architecture beside it."""
+    controls = result.get("controls")
+    if controls is None:
+        return cell(result)
+    return f"{cell(result)} (random init: {cell(dict(result, **controls['random_init']))})"
+
+
+def _with_uniform(result: dict[str, Any], key: str) -> str:
+    value = _with_init(result, lambda r: _fmt(_mean_over_layers(r, key)))
+    uniform = (result.get("controls") or {}).get("uniform_map") or {}
+    return value if uniform.get(key) is None else f"{value} (uniform map: {uniform[key]:.3f})"
 
 
 def _mean_over_layers(result: dict[str, Any], key: str) -> float | None:
@@ -119,7 +153,9 @@ def _segmentation_cell(result: dict[str, Any]) -> str:
     if seg is None:
         return "n/a (no masks)" if result["attention"][0] is not None else "n/a (no attention maps)"
     return "; ".join(
-        f"layer {layer}: best head {scores['best_head_iou']:.3f} (head {scores['best_head']}), "
+        f"layer {layer}: best head {scores['best_head_iou']:.3f}"
+        + (f" (head {scores['best_head']})" if scores["best_head"] is not None else "")
+        + ", "
         f"mean {scores['mean_over_heads']:.3f}, chance {scores['chance']:.3f}"
         for layer, scores in sorted(seg["layers"].items(), key=lambda item: int(item[0]))
     )
@@ -169,14 +205,16 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         "sparsity (fraction of exact zeros) per layer": sparsity,
         "kernel asymmetry of J S J (mean)": lambda r: _kernel_cell(r, "asymmetry"),
         "negative eigenvalue mass of J S J (mean)": lambda r: _kernel_cell(r, "negative_mass"),
-        "effective rank of attention maps (mean)": lambda r: _fmt(_mean_over_layers(r, "effective_rank"), 2),
-        "attention on the kernel's top-p eigenvectors (mean)": agreement,
-        "head redundancy (mean over layers)": lambda r: _fmt(_mean_over_layers(r, "redundancy")),
-        "row entropy, nats (mean)": lambda r: _fmt(_mean_over_layers(r, "entropy")),
-        "top-k mass (mean)": lambda r: _fmt(_mean_over_layers(r, "top_k_mass")),
-        "segmentation IoU (last two layers)": _segmentation_cell,
-        "head subspace coherence, last layer": _geometry_cell,
-        "dictionary coherence (mean over layers)": _dictionary_cell,
+        "effective rank of attention maps (mean)": lambda r: _with_init(
+            r, lambda x: _fmt(_mean_over_layers(x, "effective_rank"), 2)
+        ),
+        "attention on the kernel's top-p eigenvectors (mean)": lambda r: _with_init(r, agreement),
+        "head redundancy (mean over layers)": lambda r: _with_uniform(r, "redundancy"),
+        "row entropy, nats (mean)": lambda r: _with_init(r, lambda x: _fmt(_mean_over_layers(x, "entropy"))),
+        "top-k mass (mean)": lambda r: _with_uniform(r, "top_k_mass"),
+        "segmentation IoU (last two layers)": lambda r: _with_init(r, _segmentation_cell),
+        "head subspace coherence, last layer": lambda r: _with_init(r, _geometry_cell),
+        "dictionary coherence (mean over layers)": lambda r: _with_init(r, _dictionary_cell),
         "linear probe, last layer": lambda r: _fmt(r["linear_probe_accuracy"][-1]),
     }
     for name, value in rows.items():
@@ -185,11 +223,17 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
 
 
 def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
-    """Per model and layer: relative dispersion at four points, and the subsampling error at each N'."""
+    """Per model and layer: relative dispersion at four points, and the subsampling error at each N'; each
+    model followed by its architecture at initialisation (mean over the control's seeds)."""
     keys = max((r["seeds"][0]["subsampled_keys"] for r in results.values()), key=len)
     head = "| model | layer | dispersion Z / LN Z / Z+attn / LN(Z+attn) | " + " | ".join(f"N'={n}" for n in keys)
     lines = [head + " |", "|---|---|---|" + "---|" * len(keys)]
+    rows: list[tuple[str, dict[str, Any]]] = []
     for label, result in results.items():
+        rows.append((label, result))
+        if result.get("controls") is not None:
+            rows.append((f"{label} (random init)", result["controls"]["random_init"]))
+    for label, result in rows:
         for layer, seed in enumerate(result["seeds"]):
             d = seed["relative_dispersion"]
             points = " / ".join(
@@ -242,6 +286,12 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         _summary_rows(results),
         "",
         "How each figure is measured:",
+        "- Controls (`controls` in metrics.json): every figure read from the traces is also given for the same"
+        " architecture at its initialisation (`random init`: built with the same arguments under seeds 0, 1, 2,"
+        " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"
+        " compression figure also with the attention update negated and with the theory's step (the update"
+        " with its output projection replaced by U_[K], scaled to the trained update's norm); head redundancy"
+        " and top-k mass also for a uniform attention map. A figure a control reaches as well is not a finding.",
         "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
         " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
         " the official convention it equals their code's figure). For a ViT, U is its query projection."

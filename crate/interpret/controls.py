@@ -1,0 +1,104 @@
+"""Controls every figure of the report is read against, so that a figure can come out otherwise.
+
+- **random init**: the same architecture, built with the same arguments at its initialisation, under
+  seeds 0, 1, 2 (seed 0 with the zoo's recipes is the very initialisation training started from: the model
+  is the first thing built after ``seed_everything``); every figure of :func:`evaluate_model` but accuracy
+  and probes, averaged over the seeds. A figure that a random model reaches as well says nothing about what
+  training learned.
+- **compression controls** (``crate.metrics.controls``): the attention update negated, and the theory's step
+  (output projection replaced by U_[K] at the trained update's norm).
+- **uniform map**: head redundancy and top-k mass of a uniform attention map (each row 1/N), what those two
+  lenses give for a model that attends to nothing in particular.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+from torch import nn
+
+from crate.metrics import COMPRESSION_CONTROLS, compression_controls, trace_model, transformer_blocks
+from crate.metrics.functional import default_eps
+
+from .lenses import head_redundancy, top_k_mass
+
+__all__ = ["INIT_SEEDS", "compression_control_curves", "initialised", "mean_of", "remember_build", "uniform_map"]
+
+INIT_SEEDS = (0, 1, 2)
+_BUILDS: weakref.WeakKeyDictionary[nn.Module, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def remember_build(model: nn.Module, name: str, kwargs: dict[str, Any]) -> None:
+    """Record the ``timm.create_model`` call that built ``model`` (without weights), for :func:`initialised`."""
+    _BUILDS[model] = (name, {k: v for k, v in kwargs.items() if k not in ("pretrained", "pretrained_cfg_overlay")})
+
+
+def _build_of(model: nn.Module) -> tuple[str, dict[str, Any]]:
+    if model in _BUILDS:
+        return _BUILDS[model]
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    if "architecture" not in cfg:
+        raise ValueError(f"{type(model).__name__}: no record of how it was built, so no random-init control")
+    kwargs: dict[str, Any] = {"num_classes": getattr(model, "num_classes", 0)}
+    if hasattr(model, "in_chans"):
+        kwargs["in_chans"] = model.in_chans
+    img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if img_size is not None:
+        kwargs["img_size"] = tuple(img_size)
+    return cfg["architecture"], kwargs
+
+
+def initialised(model: nn.Module, seed: int) -> nn.Module:
+    """``model``'s architecture at its initialisation under ``seed`` (eval mode); refused when the rebuilt
+    model's parameters do not have the trained model's names and shapes."""
+    name, kwargs = _build_of(model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = timm.create_model(name, **kwargs).eval()
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    rebuilt = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
+    if own != rebuilt:
+        differ = sorted(set(own.items()) ^ set(rebuilt.items()))[:3]
+        raise ValueError(f"the rebuilt {name} differs from the model measured ({differ}); no random-init control")
+    return fresh
+
+
+def mean_of(results: list[Any]) -> Any:
+    """The element-wise mean of results of one structure (dicts, lists, numbers). Integers are counts or
+    indices: kept where all agree, None otherwise; a leaf that is not a number in all of them (a name, None)
+    is kept from the first."""
+    first = results[0]
+    if isinstance(first, dict):
+        return {key: mean_of([r[key] for r in results]) for key in first}
+    if isinstance(first, list) and all(isinstance(r, list) and len(r) == len(first) for r in results):
+        return [mean_of([r[i] for r in results]) for i in range(len(first))]
+    if all(isinstance(r, int) and not isinstance(r, bool) for r in results):  # counts, sizes, indices
+        return first if len(set(results)) == 1 else None  # the mean of indices (a best head) means nothing
+    if all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in results):
+        return float(np.mean(results))
+    return first
+
+
+@torch.no_grad()
+def compression_control_curves(model: nn.Module, images: torch.Tensor, eps: dict[str, float]) -> dict[str, Any]:
+    """Per convention, per control of ``COMPRESSION_CONTROLS``: the per-layer means (None without maps)."""
+    traces = trace_model(model, images)
+    blocks = transformer_blocks(model)
+    curves: dict[str, Any] = {}
+    for convention in ("official", "paper"):
+        values = compression_controls(blocks, traces, eps.get(convention, default_eps(convention)), convention)
+        curves[convention] = {
+            name: [None if v is None else float(v.mean()) for v in values[name]] for name in COMPRESSION_CONTROLS
+        }
+    return curves
+
+
+def uniform_map(heads: int, tokens: int, top_k: int) -> dict[str, float]:
+    """Head redundancy and top-k mass of a uniform attention map, by the lenses themselves."""
+    uniform = torch.full((1, heads, tokens, tokens), 1.0 / tokens, dtype=torch.float64)
+    redundancy = float(head_redundancy(uniform).mean()) if heads > 1 else None
+    return {"redundancy": redundancy, "top_k_mass": float(top_k_mass(uniform, top_k).mean())}
