@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import timm
 import torch
 
@@ -66,3 +67,54 @@ def test_tost_has_no_maps_and_no_theory_step() -> None:
     controls = compression_controls(model.blocks, traces)
     assert all(value is None for value in controls["Rc_after_attention_theory_step"])
     assert all(value is not None for value in controls["Rc_after_attention_negated"])
+
+
+def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_model_itself() -> None:
+    from crate.interpret.controls import initialised, remember_build
+    from crate.interpret.evaluate import figure_controls, trace_figures
+    from crate.interpret.loading import EvalData
+
+    kwargs = dict(num_classes=3, in_chans=1, img_size=16)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = timm.create_model("crate_nano_patch4_32", **kwargs).eval()
+    remember_build(model, "crate_nano_patch4_32", kwargs)
+    fresh = initialised(model, 0)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True))
+    assert not torch.equal(initialised(model, 1).head.weight, model.head.weight)
+
+    images = torch.randn(12, 1, 16, 16, generator=torch.Generator().manual_seed(2))
+    labels = torch.arange(12) % 3
+    data = EvalData("noise", (images, labels), (images, labels), val_masks=(images[:, 0] > 0))
+    eps, settings = {"official": 0.01, "paper": 0.5}, dict(lam=0.1, probe_images=8, top_k=3, mass=0.6)
+    own = trace_figures(model, data, eps, **settings)
+    controls = figure_controls(model, data, eps, **settings, init_seeds=(0,))
+    random_init = {key: value for key, value in controls["random_init"].items() if key != "init_seeds"}
+    assert random_init == own  # the same figures, segmentation included
+    averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1))["random_init"]
+    assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
+
+
+def test_a_rebuild_that_is_not_the_measured_architecture_is_refused() -> None:
+    from crate.interpret.controls import initialised, remember_build
+
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3)
+    remember_build(model, "crate_nano_patch4_32", dict(num_classes=4))
+    with pytest.raises(ValueError, match="differs from the model measured"):
+        initialised(model, 0)
+
+
+@pytest.mark.parametrize("heads, tokens, k", [(4, 17, 5), (6, 65, 1)])
+def test_uniform_map_values_are_one_redundancy_and_k_over_n_mass(heads: int, tokens: int, k: int) -> None:
+    from crate.interpret.controls import uniform_map
+
+    values = uniform_map(heads, tokens, k)
+    assert values["redundancy"] == pytest.approx(1.0, abs=1e-12)
+    assert values["top_k_mass"] == pytest.approx(k / tokens, abs=1e-12)
+
+
+def test_mean_of_averages_numbers_and_keeps_indices_only_where_they_agree() -> None:
+    from crate.interpret.controls import mean_of
+
+    runs = [{"a": [1.0, 3.0], "best": 2, "size": 5, "name": "x"}, {"a": [3.0, 5.0], "best": 1, "size": 5, "name": "x"}]
+    assert mean_of(runs) == {"a": [2.0, 4.0], "best": None, "size": 5, "name": "x"}
