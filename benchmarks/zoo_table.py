@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/zoo_table.py                       # writes docs/zoo_table.md (and JSON)
     .venv/bin/python benchmarks/zoo_table.py --epochs 5 --seeds 0 --members crate_nano_patch4_32 --out /tmp/t.md
+    .venv/bin/python benchmarks/zoo_table.py --dataset cifar10     # docs/zoo_table_cifar10.md, the CIFAR recipes
 
 The recipe is the default job's (``configs/crate_nano_digits.yaml``: digits at 16 px, crop augmentation,
 AdamW, EMA of the weights) with the model's ``configs/zoo/<model>.yaml`` layered over it and
@@ -13,12 +14,18 @@ compression term across each attention step, R^c(LN_1 Z^{l+1/2} | U^l) - R^c(LN_
 convention (negative: the step compressed against its subspaces), averaged over layers; and the sparsity
 of the sparse code where the block has one. Training throughput (forward, cross-entropy, backward, AdamW
 on a batch of 64) is timed for every member interleaved with the ViT twin in the same process, medians of
-the repeats, and reported as a ratio to the twin.
+the repeats, and reported as a ratio to the twin; s / epoch is the fit's wall time over its epochs.
+
+Controls beside each figure (so that a figure can fail): the same measurements of the model at the
+initialisation its run started from (the seed's), and for the compression change the trained attention
+update negated and the theory's step (``crate.metrics.controls``). Finished runs are kept in
+``<out>.partial.json`` and read back by a later call with the same dataset and epochs (delete it to rerun).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -35,7 +42,7 @@ import crate  # noqa: F401  (registers the zoo)
 from crate.interpret.lenses import head_redundancy, row_entropy
 from crate.lit import cli_main
 from crate.lit.factory import create_classifier
-from crate.metrics import layerwise_values, trace_model
+from crate.metrics import compression_controls, layerwise_values, trace_model
 
 MEMBERS: dict[str, str] = {
     "vit_nano_patch4_32": "ViT twin (softmax = exp kernel)",
@@ -50,7 +57,11 @@ MEMBERS: dict[str, str] = {
     "crate_nano_patch4_32_sh": "CRATE, MSSA-SH",
     "crate_alpha_nano_patch4_32": "CRATE-alpha",
     "tost_nano_patch4_32": "ToST (TSSA)",
+    "crate_nano_patch4_32_mlp": "CRATE-MLP (MSSA + MLP)",
+    "crate_nano_patch4_32_mhsa": "CRATE-MHSA (MHSA + ISTA)",
+    "crate_nano_patch4_32_attn_only": "CRATE, attention only (MSSA)",
 }
+DATASETS = ("digits", "cifar10")
 TWIN = "vit_nano_patch4_32"
 PROBE_IMAGES = 256
 
@@ -62,50 +73,74 @@ def _mean(values: list[float | None]) -> float | None:
 
 @torch.no_grad()
 def measure(model: torch.nn.Module, images: torch.Tensor) -> dict[str, float | None]:
-    """Head statistics, compression across the attention steps and sparsity, from one trace."""
+    """Head statistics, compression across the attention steps and sparsity, from one trace; with the
+    compression controls (the attention update negated, the theory's step: crate.metrics.controls)."""
     model.eval()
     traces = trace_model(model, images)
     maps = [t.attention for t in traces if t.attention is not None]
     quantities = ("Rc_before_attention", "Rc_after_attention", "sparsity_of_code")
     values = layerwise_values(traces, convention="official", quantities=quantities)
-    before, after = values["Rc_before_attention"], values["Rc_after_attention"]
-    change = [float((a - b).mean()) for a, b in zip(after, before, strict=True)]
+    controls = compression_controls(model.blocks, traces, convention="official")
+    before = values["Rc_before_attention"]
+
+    def change(after: list[torch.Tensor | None]) -> float | None:
+        return _mean([None if a is None else float((a - b).mean()) for a, b in zip(after, before, strict=True)])
+
     codes = [None if s is None else float(s.mean()) for s in values["sparsity_of_code"]]
     return {
         "redundancy": _mean([float(head_redundancy(A).mean()) for A in maps]) if maps else None,
         "entropy": _mean([float(row_entropy(A).mean()) for A in maps]) if maps else None,
-        "rc_change": _mean(change),
-        "rc_before": _mean([float(v.mean()) for v in values["Rc_before_attention"]]),
+        "rc_change": change(values["Rc_after_attention"]),
+        "rc_change_negated": change(controls["Rc_after_attention_negated"]),
+        "rc_change_theory_step": change(controls["Rc_after_attention_theory_step"]),
+        "rc_before": _mean([float(v.mean()) for v in before]),
         "sparsity": _mean(codes),
     }
 
 
-def train_one(name: str, seed: int, epochs: int) -> dict[str, Any]:
-    """One training run of the recipe; accuracy, time and the trace measurements of its evaluated weights."""
+def _recipe(name: str, dataset: str, root: str | None) -> list[str]:
+    if dataset == "digits":
+        return ["--config", DEFAULT_CONFIG, "--config", str(REPO / "configs" / "zoo" / f"{name}.yaml")]
+    recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
+    recipe += ["--config", str(REPO / "configs" / "cifar10" / f"{name}.yaml")]
+    return recipe + (["--data.root", root] if root else [])
+
+
+def train_one(name: str, seed: int, epochs: int, dataset: str = "digits", root: str | None = None) -> dict[str, Any]:
+    """One training run of the recipe; accuracy, time per epoch and the trace measurements of its evaluated
+    weights, next to the same measurements of the model it started from (its initialisation under the seed)."""
     with tempfile.TemporaryDirectory() as log_root:
-        zoo_config = REPO / "configs" / "zoo" / f"{name}.yaml"
-        args = ["--config", DEFAULT_CONFIG, "--config", str(zoo_config), "--trainer.max_epochs", str(epochs)]
+        args = [*_recipe(name, dataset, root), "--trainer.max_epochs", str(epochs)]
         args += ["--seed_everything", str(seed), "--data.seed", str(seed), "--log_root", log_root]
         args += ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
         cli = cli_main(args, run=False)
+        initial = copy.deepcopy(cli.model.evaluated_model())  # seed_everything, then the model: training's start
         start = time.perf_counter()
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         seconds = time.perf_counter() - start
         accuracy = float(cli.trainer.callback_metrics["val/acc"])
         images = torch.cat([batch[0] for batch in cli.datamodule.val_dataloader()])[:PROBE_IMAGES]
         result = measure(cli.model.evaluated_model(), images)
-    return dict(result, accuracy=accuracy, seconds=seconds, seed=seed)
+        at_init = measure(initial, images)
+    return dict(
+        result,
+        **{f"{key}_init": value for key, value in at_init.items()},
+        accuracy=accuracy,
+        seconds=seconds,
+        epoch_seconds=seconds / epochs,
+        seed=seed,
+    )
 
 
-def throughput_ratios(names: list[str], repeats: int, steps: int) -> dict[str, float]:
+def throughput_ratios(names: list[str], repeats: int, steps: int, img: int = 16) -> dict[str, float]:
     """Training images/s of each member over the ViT twin's, timed interleaved, medians of the repeats."""
     # the input batch of the members (Runner reads name, img, classes and batch; the sizes are the nano ones)
-    case = Case("zoo", img=16, patch=4, dim=96, depth=4, heads=4, classes=10, batch=64, same_model=False)
+    case = Case("zoo", img=img, patch=4, dim=96, depth=4, heads=4, classes=10, batch=64, same_model=False)
     device = torch.device("cpu")
     runners = {}
     for name in dict.fromkeys([TWIN, *names]):
         torch.manual_seed(0)
-        model = create_classifier(name, num_classes=10, img_size=16)
+        model = create_classifier(name, num_classes=10, img_size=img)
         runners[name] = Runner(model, case, device, "fp32", train=True, compiled=False)
         runners[name].time(2)  # warm-up
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -122,65 +157,115 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| model | attention | params | val acc (mean ± std) | train img/s vs ViT twin | head redundancy "
-        "| row entropy (nats) | ΔR^c across attention | sparsity of code |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | attention | params | val acc (mean ± std) | s / epoch | train img/s vs ViT twin "
+        "| head redundancy (init) | row entropy, nats (init) | ΔR^c across attention: trained (init; negated; "
+        "theory step) | sparsity of code (init) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         runs = r["runs"]
         accuracy = [run["accuracy"] for run in runs]
         spread = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
 
-        def mean_of(key: str, runs: list[dict[str, Any]] = runs) -> float | None:
-            return _mean([run[key] for run in runs])
+        def mean_of(key: str, digits: int = 3, runs: list[dict[str, Any]] = runs) -> str:
+            return _fmt(_mean([run.get(key) for run in runs]), digits)
 
+        compression = (
+            f"{mean_of('rc_change', 2)} ({mean_of('rc_change_init', 2)}; {mean_of('rc_change_negated', 2)}; "
+            f"{mean_of('rc_change_theory_step', 2)})"
+        )
         lines.append(
             f"| `{name}` | {MEMBERS[name]} | {r['params']:,} | {statistics.fmean(accuracy):.4f} ± {spread:.4f} "
-            f"| {r['throughput_ratio']:.2f}x | {_fmt(mean_of('redundancy'))} | {_fmt(mean_of('entropy'))} "
-            f"| {_fmt(mean_of('rc_change'), 2)} | {_fmt(mean_of('sparsity'))} |"
+            f"| {mean_of('epoch_seconds', 1)} | {r['throughput_ratio']:.2f}x "
+            f"| {mean_of('redundancy')} ({mean_of('redundancy_init')}) "
+            f"| {mean_of('entropy')} ({mean_of('entropy_init')}) "
+            f"| {compression} | {mean_of('sparsity')} ({mean_of('sparsity_init')}) |"
         )
     return "\n".join(lines)
 
 
+def spread_line(results: dict[str, dict[str, Any]]) -> str:
+    """The seed spread beside the spread of the rows' means: differences well beyond the first are the table's."""
+    means = [statistics.fmean(run["accuracy"] for run in r["runs"]) for r in results.values()]
+    stds = [statistics.stdev([run["accuracy"] for run in r["runs"]]) for r in results.values() if len(r["runs"]) > 1]
+    seed_std = statistics.fmean(stds) if stds else float("nan")
+    between = statistics.stdev(means) if len(means) > 1 else float("nan")
+    return (
+        f"Spread: mean seed std within a row {seed_std:.4f}; std of the row means {between:.4f}; "
+        f"range of the row means {max(means) - min(means):.4f}."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--dataset", choices=DATASETS, default="digits")
+    parser.add_argument("--root", default=None, help="cifar10: the image folder (default: the recipe's data/cifar10)")
+    parser.add_argument("--epochs", type=int, default=None, help="default: 50 on digits, 30 on cifar10")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--members", nargs="+", default=list(MEMBERS), choices=list(MEMBERS))
     parser.add_argument("--repeats", type=int, default=7, help="throughput repeats (interleaved)")
-    parser.add_argument("--out", default=str(REPO / "docs" / "zoo_table.md"))
+    parser.add_argument("--out", default=None, help="default: docs/zoo_table.md, docs/zoo_table_cifar10.md")
     args = parser.parse_args()
-    missing = [name for name in args.members if not (REPO / "configs" / "zoo" / f"{name}.yaml").is_file()]
+    cifar = args.dataset == "cifar10"
+    epochs = args.epochs or (30 if cifar else 50)
+    out = Path(args.out or REPO / "docs" / ("zoo_table_cifar10.md" if cifar else "zoo_table.md"))
+    folder = REPO / "configs" / ("cifar10" if cifar else "zoo")
+    missing = [name for name in args.members if not (folder / f"{name}.yaml").is_file()]
     if missing:
-        raise SystemExit(f"zoo_table.py: no configs/zoo/<model>.yaml for {missing}")
+        raise SystemExit(f"zoo_table.py: no {folder.relative_to(REPO)}/<model>.yaml for {missing}")
+    # finished runs of an earlier call with the same epochs are kept, not trained again (commit them as they come)
+    partial = out.with_suffix(".partial.json")
+    done: dict[str, dict[str, Any]] = {}
+    if partial.is_file():
+        earlier = json.loads(partial.read_text())
+        if earlier.get("epochs") == epochs and earlier.get("dataset", "digits") == args.dataset:
+            done = earlier["results"]
     start = time.perf_counter()
-    ratios = throughput_ratios(args.members, args.repeats, steps=10)
+    ratios = throughput_ratios(args.members, args.repeats, steps=10, img=32 if cifar else 16)
     results: dict[str, dict[str, Any]] = {}
     for name in args.members:
-        params = sum(p.numel() for p in create_classifier(name, num_classes=10, in_chans=1, img_size=16).parameters())
-        runs = []
+        chans, size = (3, 32) if cifar else (1, 16)
+        params = sum(
+            p.numel() for p in create_classifier(name, num_classes=10, in_chans=chans, img_size=size).parameters()
+        )
+        runs = [run for run in done.get(name, {}).get("runs", []) if run["seed"] in args.seeds]
         for seed in args.seeds:
-            runs.append(train_one(name, seed, args.epochs))
+            if any(run["seed"] == seed for run in runs):
+                continue
+            runs.append(train_one(name, seed, epochs, args.dataset, args.root))
             print(f"{name} seed {seed}: val/acc {runs[-1]['accuracy']:.4f} in {runs[-1]['seconds']:.1f} s", flush=True)
-        results[name] = {"params": params, "throughput_ratio": ratios[name], "runs": runs}
-        partial = Path(args.out).with_suffix(".partial.json")  # what is done so far, should a later run fail
-        partial.write_text(json.dumps({"epochs": args.epochs, "results": results}, indent=1))
+            results[name] = {"params": params, "throughput_ratio": ratios[name], "runs": runs}
+            done[name] = results[name]
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"dataset": args.dataset, "epochs": epochs, "results": done}, indent=1))
+        results[name] = {
+            "params": params,
+            "throughput_ratio": ratios[name],
+            "runs": sorted(runs, key=lambda r: r["seed"]),
+        }
     minutes = (time.perf_counter() - start) / 60
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = (
-        "# The zoo side by side on digits\n\n"
-        f"Written by `{' '.join(['python', 'benchmarks/zoo_table.py', *sys.argv[1:]])}` (`make zoo-table`) in "
-        f"{minutes:.1f} minutes on {torch.get_num_threads()} CPU threads ({time.strftime('%Y-%m-%d')}): "
-        f"{len(args.members)} models x {len(args.seeds)} seeds, {args.epochs} epochs each, the default job's recipe "
-        "(digits at 16 px, 1 channel, 10 classes; see the script's docstring for what each column measures).\n\n"
+    recipe = (
+        "CIFAR-10 at 32 px (train 45,000, val 5,000 images), the CIFAR-10 recipe (configs/cifar10.yaml with the "
+        "model's configs/cifar10/<model>.yaml; bf16)"
+        if cifar
+        else "the default job's recipe (digits at 16 px, 1 channel, 10 classes)"
     )
-    out.write_text(header + table(results) + "\n")
-    summary = {"minutes": minutes, "epochs": args.epochs, "results": results}
+    header = (
+        f"# The zoo side by side on {args.dataset}\n\n"
+        f"Written by `{' '.join(['python', 'benchmarks/zoo_table.py', *sys.argv[1:]])}` in {minutes:.1f} minutes "
+        f"(runs finished earlier were read back) on {torch.get_num_threads()} CPU threads "
+        f"({time.strftime('%Y-%m-%d')}): {len(args.members)} models x {len(args.seeds)} seeds, {epochs} epochs "
+        f"each, {recipe}. Each figure is given with its controls: (init) the same model at the initialisation "
+        "its training started from; for ΔR^c also the trained attention update negated and the theory's step "
+        "(the update with its output projection replaced by U_[K] at the same norm); see the script's docstring.\n\n"
+    )
+    out.write_text(header + table(results) + "\n\n" + spread_line(results) + "\n")
+    summary = {"dataset": args.dataset, "minutes": minutes, "epochs": epochs, "results": results}
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    out.with_suffix(".partial.json").unlink(missing_ok=True)
     print(table(results))
-    print(f"{minutes:.1f} minutes; written to {out}")
+    print(spread_line(results))
+    print(f"{minutes:.1f} minutes; written to {out} (finished runs stay in {partial.name})")
 
 
 if __name__ == "__main__":

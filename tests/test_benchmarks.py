@@ -130,12 +130,37 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
     rows = {line.split("|")[1].strip(" `"): line for line in out.read_text().splitlines() if line.startswith("| `")}
     assert set(rows) == set(members)
     cells = {name: [c.strip() for c in line.split("|")[2:-1]] for name, line in rows.items()}
-    assert cells["vit_nano_patch4_32"][3] == "1.00x"  # the twin against itself
-    assert cells["tost_nano_patch4_32"][4:6] == ["n/a", "n/a"]  # TSSA: no attention maps
-    assert cells["crate_nano_patch4_32"][7] != "n/a" and cells["vit_nano_patch4_32"][7] == "n/a"  # sparse code
+    assert cells["vit_nano_patch4_32"][4] == "1.00x"  # the twin against itself
+    assert cells["tost_nano_patch4_32"][5:7] == ["n/a (n/a)", "n/a (n/a)"]  # TSSA: no attention maps
+    assert not cells["crate_nano_patch4_32"][8].startswith("n/a") and cells["vit_nano_patch4_32"][8] == "n/a (n/a)"
+    assert "n/a" not in cells["crate_nano_patch4_32"][7]  # trained, init, negated and theory step
     summary = json.loads(out.with_suffix(".json").read_text())
     runs = summary["results"]["crate_nano_patch4_32"]["runs"]
     assert [run["seed"] for run in runs] == [0, 1] and all(0 <= run["accuracy"] <= 1 for run in runs)
+    assert runs[0]["rc_change_init"] != runs[0]["rc_change"] and runs[0]["epoch_seconds"] > 0
+    assert "Spread: mean seed std" in out.read_text()
+
+    # a second call reads the finished runs back instead of training them again
+    again = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "zoo_table.py"), *args], capture_output=True, text=True, timeout=900
+    )
+    assert again.returncode == 0 and "val/acc" not in again.stdout, again.stderr[-2000:]
+    assert json.loads(out.with_suffix(".json").read_text())["results"]["crate_nano_patch4_32"]["runs"] == runs
+
+
+@pytest.mark.slow
+def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path) -> None:
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=3, suffix=".png")
+    out = tmp_path / "zoo_cifar.md"
+    args = ["--dataset", "cifar10", "--root", str(tmp_path / "images"), "--epochs", "1", "--seeds", "0"]
+    args += ["--members", "vit_nano_patch4_32", "crate_nano_patch4_32_mlp", "--repeats", "1", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "zoo_table.py"), *args], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "on cifar10" in out.read_text() and "`crate_nano_patch4_32_mlp` | CRATE-MLP" in out.read_text()
 
 
 @pytest.mark.slow
