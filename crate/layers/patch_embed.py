@@ -1,10 +1,12 @@
-"""Patch embedding in the official CRATE layout: LayerNorm -> Linear -> LayerNorm over flat patches."""
+"""Patch embeddings: the official CRATE layout (LayerNorm -> Linear -> LayerNorm over flat patches) and the
+strided convolution of CRATE-alpha, CRATE-MAE and the ViT twins (timm's, with the zoo's input check)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from timm.layers import _assert
+from timm.layers import Format, _assert, nchw_to
+from timm.layers import PatchEmbed as TimmPatchEmbed
 from torch import nn
 
 __all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input", "patch_embed_in_chans"]
@@ -118,19 +120,24 @@ class PatchEmbed(_PatchGrid):
         return self.norm_out(F.linear(patches, self.proj.weight[:, order], self.proj.bias))
 
 
-class ConvPatchEmbed(_PatchGrid):
-    """Strided-convolution patch embedding (CRATE-alpha): x_i = W * patch_i + b, tokens in row-major order."""
-
-    def __init__(
-        self,
-        img_size: int | tuple[int, int] = 224,
-        patch_size: int | tuple[int, int] = 16,
-        in_chans: int = 3,
-        embed_dim: int = 768,
-    ) -> None:
-        super().__init__(img_size, patch_size, in_chans)
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+class ConvPatchEmbed(TimmPatchEmbed):
+    """timm's strided-convolution ``PatchEmbed`` (x_i = W * patch_i + b, tokens in row-major order; same
+    arguments, parameters and outputs) with the zoo's clear error for images of the wrong size or channel
+    count: the patch embedding of CRATE-alpha, CRATE-MAE and the ViT twins (scriptable, traceable)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.check(x)
-        return self.proj(x).flatten(2).transpose(1, 2)
+        check_image_input(x, self.proj.in_channels, self.img_size if self.strict_img_size else None)
+        if not self.strict_img_size and not self.dynamic_img_pad:
+            message = f"image sides must be multiples of the patch size {self.patch_size[0]}x{self.patch_size[1]}"
+            _assert(x.shape[2] % self.patch_size[0] == 0, message)
+            _assert(x.shape[3] % self.patch_size[1] == 0, message)
+        if self.dynamic_img_pad:
+            pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
+            pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = self.proj(x)
+        if self.flatten:
+            x = x.flatten(2).transpose(1, 2)  # NCHW -> NLC
+        elif self.output_fmt != Format.NCHW:
+            x = nchw_to(x, self.output_fmt)
+        return self.norm(x)

@@ -44,11 +44,10 @@ from timm.layers import build_sincos2d_pos_embed
 from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from torch import nn
 
-from crate.layers import MSSA, BlockTrace
+from crate.layers import MSSA, BlockTrace, ConvPatchEmbed
 
 from .convert import CheckpointError
 from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
-from .vit import TwinPatchEmbed
 
 __all__ = ["CrateMAE", "CrateMAEDecoderBlock", "sincos_pos_embed"]
 
@@ -126,7 +125,7 @@ class CrateMAE(CRATE):
             depth=depth,
             num_heads=num_heads,
             lambd=lambd,
-            embed_layer=TwinPatchEmbed,
+            embed_layer=ConvPatchEmbed,
             final_norm_layer=partial(nn.LayerNorm, eps=1e-6),
             **kwargs,
         )

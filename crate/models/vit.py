@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Attention, Format, PatchEmbed, nchw_to
+from timm.layers import Attention
 from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block, VisionTransformer
@@ -19,7 +19,7 @@ from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoin
 from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
-from crate.layers import AttentionTrace, BlockTrace, check_image_input, register_trace_adapter
+from crate.layers import AttentionTrace, BlockTrace, ConvPatchEmbed, register_trace_adapter
 from crate.layers.precision import cpu_autocast_dtype
 
 from .checkpoint import pretrained_kwargs
@@ -30,29 +30,11 @@ from .shipped import digits_cfg
 __all__ = ["TwinAttention", "ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
 
 
-class TwinPatchEmbed(PatchEmbed):
-    """timm's conv ``PatchEmbed`` with the zoo's clear error for images of the wrong size or channel count
-    (same parameters and outputs; scriptable, traceable)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_image_input(x, self.proj.in_channels, self.img_size if self.strict_img_size else None)
-        if self.dynamic_img_pad:
-            pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
-            pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
-            x = F.pad(x, (0, pad_w, 0, pad_h))
-        x = self.proj(x)
-        if self.flatten:
-            x = x.flatten(2).transpose(1, 2)  # NCHW -> NLC
-        elif self.output_fmt != Format.NCHW:
-            x = nchw_to(x, self.output_fmt)
-        return self.norm(x)
-
-
 class ViTTwin(VisionTransformer):
     """timm's VisionTransformer with the zoo's input check in its patch embedding and ``TwinAttention``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("embed_layer", TwinPatchEmbed)
+        kwargs.setdefault("embed_layer", ConvPatchEmbed)
         kwargs.setdefault("attn_layer", TwinAttention)
         super().__init__(*args, **kwargs)
 
