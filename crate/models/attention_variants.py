@@ -30,7 +30,7 @@ from crate.layers import (
 )
 from crate.layers.primal_dual_attention import crate_attention_bn, crate_attention_sh
 
-from .crate import CPU_SIZES, CRATE, CrateBlock, cpu_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg
 from .vit import ViTTwin, create_vit_twin
 
 __all__ = ["CRATE_VARIANTS", "VIT_VARIANTS"]
@@ -60,7 +60,7 @@ def _vit(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> ViTTwin:
 
 def _crate(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> CRATE:
     args = dict(patch_size=4, block_fn=partial(CrateBlock, attn_layer=CRATE_VARIANTS[variant]), **CPU_SIZES["nano"])
-    return create_crate_family(f"crate_nano_patch4_32_{variant}", pretrained, **dict(args, **kwargs))
+    return _create_crate(f"crate_nano_patch4_32_{variant}", pretrained, **dict(args, **kwargs))
 
 
 @register_model

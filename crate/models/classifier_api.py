@@ -1,12 +1,11 @@
 """The timm model API shared by the zoo's transformer classifiers (CRATE and its families, ToST).
 
-A subclass builds ``patch_embed``, ``blocks`` (an ``nn.Sequential``), ``norm``, ``fc_norm``, ``head_drop``
-and ``head``, sets ``global_pool``, ``pool_include_prefix``, ``num_prefix_tokens``, ``embed_dim``,
-``num_classes`` and ``grad_checkpointing``, and defines ``_embed(images)`` (the token sequence the blocks
-take). Two hooks cover what differs between families: ``blocks_prefix_tokens`` (how many prefix tokens
-the blocks' sequence carries: CRATE's class token, none in ToST, whose class token joins after the
-blocks) and ``_after_blocks(x)`` (what turns the blocks' output into the features: the final norm; ToST's
-class-attention stage and norm).
+A subclass passes its classes, channels, width and pooling to ``__init__``, builds ``patch_embed`` and
+``blocks`` (an ``nn.Sequential``), then ``_build_head`` (``norm``, ``fc_norm``, ``head_drop``, ``head``), and
+defines ``_embed(images)`` (the token sequence the blocks take). Two hooks cover what differs between
+families: ``blocks_prefix_tokens`` (how many prefix tokens the blocks' sequence carries: CRATE's class
+token, none in ToST, whose class token joins after the blocks) and ``_after_blocks(x)`` (what turns the
+blocks' output into the features: the final norm; ToST's class-attention stage and norm).
 """
 
 # No ``from __future__ import annotations`` here: FX copies ``forward``'s annotations into the code it
@@ -26,9 +25,47 @@ def check_pool(global_pool: str) -> None:
 
 
 class TransformerClassifier(nn.Module):
-    """Base of the zoo's transformer classifiers: the timm API over ``_embed``, ``blocks`` and the hooks."""
+    """Base of the zoo's transformer classifiers: the timm API over ``_embed``, ``blocks`` and the hooks.
+
+    ``__init__`` sets what timm reads of every classifier (classes, input channels, width, pooling, prefix
+    tokens); a family builds its stem and blocks, then calls :meth:`_build_head` for the feature info, the
+    final norms, the head dropout and the head, in that order (the order the parameters are drawn in).
+    """
 
     blocks_prefix_tokens = 1
+
+    def __init__(
+        self,
+        num_classes: int,
+        in_chans: int,
+        embed_dim: int,
+        global_pool: str,
+        num_prefix_tokens: int = 1,
+        pool_include_prefix: bool = False,
+    ) -> None:
+        super().__init__()
+        check_pool(global_pool)
+        self.num_classes = num_classes
+        self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
+        self.global_pool = global_pool
+        self.pool_include_prefix = pool_include_prefix
+        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
+        self.num_prefix_tokens = num_prefix_tokens
+        self.grad_checkpointing = False
+
+    def _build_head(self, depth: int, reduction: int, norm: nn.Module, fc_norm: nn.Module, drop_rate: float) -> None:
+        """Feature info of the ``depth`` blocks (tokens at ``reduction`` of the image side), the norm after
+        the blocks, the norm of the pooled features, the head dropout and the classifier head."""
+        self.feature_info = [
+            dict(module=f"blocks.{i}", num_chs=self.embed_dim, reduction=reduction) for i in range(depth)
+        ]
+        self.norm = norm
+        self.fc_norm = fc_norm
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = self._new_head()
+
+    def _new_head(self) -> nn.Module:
+        return nn.Linear(self.embed_dim, self.num_classes) if self.num_classes > 0 else nn.Identity()
 
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -49,7 +86,7 @@ class TransformerClassifier(nn.Module):
         if global_pool is not None:
             check_pool(global_pool)
             self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head = self._new_head()
 
     def forward_intermediates(
         self,

@@ -26,11 +26,11 @@ from torch import nn
 from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import TransformerClassifier, check_pool
+from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
 from .shipped import digits_cfg
 
-__all__ = ["CRATE", "CrateBlock"]
+__all__ = ["CPU_SIZES", "CRATE", "CrateBlock"]
 
 
 class CrateBlock(nn.Module):
@@ -134,17 +134,9 @@ class CRATE(TransformerClassifier):
         final_norm_layer: Callable[[int], nn.Module] | None = None,
         weight_init: Callable[[nn.Module], None] | None = None,
     ) -> None:
-        super().__init__()
-        check_pool(global_pool)
-        self.num_classes = num_classes
-        self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
-        self.global_pool = global_pool
-        self.pool_include_prefix = pool_include_prefix
+        super().__init__(num_classes, in_chans, embed_dim, global_pool, pool_include_prefix=pool_include_prefix)
         self.dynamic_img_size = dynamic_img_size
-        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
-        self.num_prefix_tokens = 1
         self.has_class_token = True
-        self.grad_checkpointing = False
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
 
         self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
@@ -170,13 +162,10 @@ class CRATE(TransformerClassifier):
                 for index in range(depth)
             ]
         )
-        reduction = self.patch_embed.patch_size[0]
-        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
         final_norm_layer = final_norm_layer or norm_layer
-        self.norm = nn.Identity() if use_fc_norm else final_norm_layer(embed_dim)
-        self.fc_norm = final_norm_layer(embed_dim) if use_fc_norm else nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        norm = nn.Identity() if use_fc_norm else final_norm_layer(embed_dim)
+        fc_norm = final_norm_layer(embed_dim) if use_fc_norm else nn.Identity()
+        self._build_head(depth, self.patch_embed.patch_size[0], norm, fc_norm, drop_rate)
         if weight_init is not None:
             weight_init(self)
 
@@ -210,25 +199,8 @@ class CRATE(TransformerClassifier):
         return self.pos_drop(x + pos_embed)
 
 
-def create_crate_family(
-    variant: str,
-    pretrained: bool = False,
-    model_cls: type[CRATE] | None = None,
-    family_filter: Callable[..., dict[str, torch.Tensor]] | None = None,
-    **kwargs: Any,
-) -> CRATE:
-    """``build_model_with_cfg`` for CRATE and the families built on it (``model_cls``: CRATE-MAE): files read
-    by ``crate.models.checkpoint``, converted and checked by ``checkpoint_filter_fn`` (with the family's
-    own ``family_filter`` first, where it has one)."""
-    out_indices = kwargs.pop("out_indices", 3)
-    return build_model_with_cfg(
-        model_cls or CRATE,
-        variant,
-        pretrained,
-        pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=family_filter),
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
-        **pretrained_kwargs(variant, pretrained, kwargs),
-    )
+# Checkpoint filter: crate.models.convert.checkpoint_filter_fn (the official CRATE layouts and the zoo's own,
+# for every family built on this model; a family passes its own conversion first as ``family_filter``).
 
 
 def crate_cfg(url: str = "", **kwargs: Any) -> dict[str, Any]:
@@ -278,43 +250,60 @@ CPU_SIZES: dict[str, dict[str, int]] = {
 }
 
 
-def _build(variant: str, pretrained: bool, args: dict[str, Any], kwargs: dict[str, Any]) -> CRATE:
-    return create_crate_family(variant, pretrained, **dict(args, **kwargs))
+def _create_crate(
+    variant: str,
+    pretrained: bool = False,
+    model_cls: type[CRATE] | None = None,
+    family_filter: Callable[..., dict[str, torch.Tensor]] | None = None,
+    **kwargs: Any,
+) -> CRATE:
+    """``build_model_with_cfg`` for CRATE and the families built on it (``model_cls``: CRATE-MAE): files read
+    by ``crate.models.checkpoint``, converted and checked by ``checkpoint_filter_fn`` (with the family's
+    own ``family_filter`` first, where it has one)."""
+    out_indices = kwargs.pop("out_indices", 3)
+    return build_model_with_cfg(
+        model_cls or CRATE,
+        variant,
+        pretrained,
+        pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=family_filter),
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        **pretrained_kwargs(variant, pretrained, kwargs),
+    )
 
 
 @register_model
 def crate_tiny_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-T/16: d=384, K=6 heads, L=12 layers (6,090,856 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
-    return _build("crate_tiny_patch16_224", pretrained, args, kwargs)
+    return _create_crate("crate_tiny_patch16_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def crate_small_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-S/16: d=576, K=12 heads, L=12 layers (13,116,328 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=576, depth=12, num_heads=12)
-    return _build("crate_small_patch16_224", pretrained, args, kwargs)
+    return _create_crate("crate_small_patch16_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def crate_base_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-B/16: d=768, K=12 heads, L=12 layers (22,796,008 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
-    return _build("crate_base_patch16_224", pretrained, args, kwargs)
+    return _create_crate("crate_base_patch16_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def crate_large_patch16_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-L/16: d=1024, K=16 heads, L=24 layers (77,641,192 parameters with 1000 classes)."""
     args = dict(patch_size=16, embed_dim=1024, depth=24, num_heads=16)
-    return _build("crate_large_patch16_224", pretrained, args, kwargs)
+    return _create_crate("crate_large_patch16_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def crate_base_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE-B/8: d=768, K=12 heads, L=12 layers, 8x8 patches."""
     args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=12)
-    return _build("crate_base_patch8_224", pretrained, args, kwargs)
+    return _create_crate("crate_base_patch8_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
@@ -323,16 +312,18 @@ def crate_demo_patch8_224(pretrained: bool = False, **kwargs: Any) -> CRATE:
     L=12, 8x8 patches; its head is ``mlp_head``: LayerNorm and a 768 -> 768 linear map (768 outputs, what
     the demo model returns). Load the file with ``pretrained_cfg_overlay=dict(file="crate-demo.pth")``."""
     args = dict(patch_size=8, embed_dim=768, depth=12, num_heads=6, head_dim=128)
-    return _build("crate_demo_patch8_224", pretrained, args, kwargs)
+    return _create_crate("crate_demo_patch8_224", pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def crate_nano_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['nano']``."""
-    return _build("crate_nano_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["nano"]), kwargs)
+    return _create_crate("crate_nano_patch4_32", pretrained, **dict(dict(patch_size=4, **CPU_SIZES["nano"]), **kwargs))
 
 
 @register_model
 def crate_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CPU-scale CRATE for 32x32 inputs: 4x4 patches, see ``CPU_SIZES['micro']``."""
-    return _build("crate_micro_patch4_32", pretrained, dict(patch_size=4, **CPU_SIZES["micro"]), kwargs)
+    return _create_crate(
+        "crate_micro_patch4_32", pretrained, **dict(dict(patch_size=4, **CPU_SIZES["micro"]), **kwargs)
+    )

@@ -23,7 +23,7 @@ from torch import nn
 
 from crate.layers import AttentionTrace
 
-from .crate import CPU_SIZES, CRATE, CrateBlock, cpu_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg
 from .vit import TwinAttention, query_subspaces
 
 __all__ = ["CrateAttentionOnlyBlock", "CrateMLPBlock", "MHSA"]
@@ -113,7 +113,7 @@ default_cfgs = generate_default_cfgs(
 
 def _create(size: str, ablation: str, pretrained: bool, kwargs: dict[str, Any]) -> CRATE:
     args = dict(patch_size=4, block_fn=ABLATIONS[ablation], **CPU_SIZES[size])
-    return create_crate_family(f"crate_{size}_patch4_32_{ablation}", pretrained, **dict(args, **kwargs))
+    return _create_crate(f"crate_{size}_patch4_32_{ablation}", pretrained, **dict(args, **kwargs))
 
 
 @register_model

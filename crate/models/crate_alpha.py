@@ -25,7 +25,7 @@ from torch import nn
 
 from crate.layers import ConvPatchEmbed, OvercompleteISTA
 
-from .crate import CPU_SIZES, CRATE, CrateBlock, cpu_cfg, crate_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg, crate_cfg
 from .shipped import digits_cfg
 
 __all__ = ["CrateAlphaBlock"]
@@ -134,7 +134,7 @@ default_cfgs = generate_default_cfgs(
 
 
 def _build(variant: str, pretrained: bool, args: dict[str, Any], kwargs: dict[str, Any]) -> CRATE:
-    return create_crate_family(variant, pretrained, **{**ALPHA_DEFAULTS, **args, **kwargs})
+    return _create_crate(variant, pretrained, **{**ALPHA_DEFAULTS, **args, **kwargs})
 
 
 _SMALL = dict(embed_dim=576, depth=12, num_heads=12)

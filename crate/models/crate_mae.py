@@ -47,7 +47,7 @@ from torch import nn
 from crate.layers import MSSA, BlockTrace, ConvPatchEmbed
 
 from .convert import CheckpointError
-from .crate import CPU_SIZES, CRATE, cpu_cfg, crate_cfg, create_crate_family
+from .crate import CPU_SIZES, CRATE, _create_crate, cpu_cfg, crate_cfg
 
 __all__ = ["CrateMAE", "CrateMAEDecoderBlock", "sincos_pos_embed"]
 
@@ -332,7 +332,7 @@ def checkpoint_filter_mae(
 
 def _create_crate_mae(variant: str, pretrained: bool = False, **kwargs: Any) -> CrateMAE:
     family_filter = partial(checkpoint_filter_mae, lambd_given="lambd" in kwargs)
-    return create_crate_family(variant, pretrained, model_cls=CrateMAE, family_filter=family_filter, **kwargs)
+    return _create_crate(variant, pretrained, model_cls=CrateMAE, family_filter=family_filter, **kwargs)
 
 
 default_cfgs = generate_default_cfgs(

@@ -34,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 from crate.layers import TSSA, BlockTrace, ConvStem
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import TransformerClassifier, check_pool
+from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg, crate_cfg
 
@@ -112,16 +112,8 @@ class ToST(TransformerClassifier):
         eta: float = 1.0,
         tokens_norm: bool = True,
     ) -> None:
-        super().__init__()
-        check_pool(global_pool)
+        super().__init__(num_classes, in_chans, embed_dim, global_pool)
         norm_layer = norm_layer or partial(nn.LayerNorm, eps=1e-6)
-        self.num_classes = num_classes
-        self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
-        self.global_pool = global_pool
-        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
-        self.num_prefix_tokens = 1
-        self.pool_include_prefix = False
-        self.grad_checkpointing = False
 
         self.patch_embed = ConvStem(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
@@ -156,12 +148,7 @@ class ToST(TransformerClassifier):
                 for _ in range(cls_attn_layers)
             ]
         )
-        reduction = self.patch_embed.patch_size[0]
-        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
-        self.norm = norm_layer(embed_dim)
-        self.fc_norm = nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self._build_head(depth, self.patch_embed.patch_size[0], norm_layer(embed_dim), nn.Identity(), drop_rate)
         trunc_normal_(self.cls_token, std=0.02)
         self.apply(_init_weights)
 
