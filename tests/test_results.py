@@ -54,3 +54,26 @@ def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, 
         main(["--out-dir", str(tmp_path), "--tags", "crate_alpha_base_patch16_224.in21k_ft_in1k"])
     assert exit_info.value.code == 2 and "not in the local hub cache" in capsys.readouterr().err
     assert not list(tmp_path.glob("results-*.csv"))
+
+
+def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_for(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import crate.results as results
+
+    real = results.evaluate_tag
+
+    def evaluate(tag: str):
+        if tag == "vit_nano_patch4_32.digits":  # stands for a CIFAR-10 tag before `make cifar10-data`
+            raise FileNotFoundError("ImageFolder root data/cifar10 lacks data/cifar10/train")
+        return real(tag)
+
+    monkeypatch.setattr(results, "evaluate_tag", evaluate)
+    monkeypatch.setattr(results, "shipped_tags", lambda: ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
+    main(["--out-dir", str(tmp_path)])
+    assert "skipped vit_nano_patch4_32.digits: its data is not here" in capsys.readouterr().err
+    with (tmp_path / "results-digits.csv").open() as handle:
+        assert [row["model"] for row in csv.DictReader(handle)] == ["crate_nano_patch4_32.digits"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", "vit_nano_patch4_32.digits"])
+    assert exit_info.value.code == 2 and "lacks data/cifar10/train" in capsys.readouterr().err
