@@ -144,11 +144,44 @@ def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_p
         assert not any(isinstance(step, transforms.RandomHorizontalFlip) for step in found)
         assert any(isinstance(step, RandomErasing) and step.probability == 0.25 for step in found)
         assert any("RandAugment" in type(step).__name__ for step in found)
-    cifar = CIFARDataModule(root=str(tmp_path), download=False, augmentation=Augmentation(padding=3, vflip=0.5))
-    found = _transform_steps(cifar._transforms(train=True))
+    padded = ImageFolderDataModule(str(tmp_path), img_size=32, num_workers=0, augmentation=Augmentation(padding=3))
+    padded.setup("fit")
+    found = _transform_steps(padded.train_set.transform)
     assert any(isinstance(step, transforms.RandomCrop) and step.padding == 3 for step in found)
-    assert any(isinstance(step, transforms.RandomVerticalFlip) for step in found)
     assert not any(isinstance(step, RandomResizedCropAndInterpolation) for step in found)
+
+
+def test_cifar_arrays_feed_the_tensor_store_path(monkeypatch) -> None:
+    """torchvision's CIFAR arrays (N, H, W, C) become the stores: the official test split validates and
+    tests, and training batches leave the loader as uint8 with seeds, augmented on transfer."""
+    from types import SimpleNamespace
+
+    from crate.data import BatchAugmentation
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        train: SimpleNamespace(
+            data=rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8),
+            targets=list(rng.integers(0, 10, size=n)),
+            classes=[f"c{i}" for i in range(10)],
+        )
+        for train, n in ((True, 20), (False, 8))
+    }
+    data = CIFARDataModule(download=False, batch_size=4, augmentation=BatchAugmentation(padding=2))
+    monkeypatch.setattr(data, "_open", lambda train, download: arrays[train])
+    data.setup("fit")
+    assert len(data.test_set) == len(data.val_set) == 8 and len(data.train_set) == 20
+    assert torch.equal(data.test_set.store.images, data.val_set.store.images)  # CIFAR's test split, both
+    image, label = data.val_set[3]
+    assert data.mean == (0.485, 0.456, 0.406)  # outside a trainer and without a model: ImageNet's statistics
+    mean, std = torch.tensor(data.mean)[:, None, None], torch.tensor(data.std)[:, None, None]
+    expected = (torch.from_numpy(arrays[False].data[3]).permute(2, 0, 1).float() / 255 - mean) / std
+    torch.testing.assert_close(image, expected)
+    assert int(label) == arrays[False].targets[3]
+    images, labels, seeds = next(iter(data.train_dataloader()))
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32) and seeds.shape == (4,)
+    augmented, same_labels = data.on_after_batch_transfer((images, labels, seeds), 0)
+    assert augmented.dtype == torch.float32 and torch.equal(same_labels, labels)
 
 
 @pytest.mark.parametrize(
