@@ -32,6 +32,12 @@ def mhsa_literal(Z: torch.Tensor, attn: MHSA) -> torch.Tensor:
     return attn.proj.weight @ torch.cat(outputs) + attn.proj.bias[:, None]
 
 
+def _mssa_step(Z: torch.Tensor, block: torch.nn.Module) -> torch.Tensor:
+    """Z + MSSA(LN_1(Z)) of a CRATE-layout block, tokens as columns."""
+    attn = block.attn
+    return Z + mssa_literal(_ln(Z, block.norm1), _subspace_list(attn), attn.proj.weight, attn.proj.bias)
+
+
 def _perturbed(block: torch.nn.Module) -> torch.nn.Module:
     """Norms off their identity initialisation, so the test sees the norms' parameters used."""
     with torch.no_grad():
@@ -48,9 +54,7 @@ def test_crate_mlp_block_is_mssa_residual_then_mlp_residual() -> None:
     with torch.no_grad():
         out = block(x)
         for b in range(2):
-            Z = x[b].T
-            attn = block.attn
-            half = Z + mssa_literal(_ln(Z, block.norm1), _subspace_list(attn), attn.proj.weight, attn.proj.bias)
+            half = _mssa_step(x[b].T, block)
             y = _ln(half, block.norm2)
             hidden = F.gelu(block.mlp.fc1.weight @ y + block.mlp.fc1.bias[:, None])
             literal = half + block.mlp.fc2.weight @ hidden + block.mlp.fc2.bias[:, None]
@@ -80,10 +84,7 @@ def test_attention_only_block_is_the_mssa_step_alone() -> None:
     with torch.no_grad():
         out = block(x)
         for b in range(2):
-            Z = x[b].T
-            attn = block.attn
-            literal = Z + mssa_literal(_ln(Z, block.norm1), _subspace_list(attn), attn.proj.weight, attn.proj.bias)
-            torch.testing.assert_close(out[b], literal.T, atol=1e-5, rtol=0)
+            torch.testing.assert_close(out[b], _mssa_step(x[b].T, block).T, atol=1e-5, rtol=0)
     assert not hasattr(block, "ista") and isinstance(block.norm2, torch.nn.Identity)
 
 
