@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
 .PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling \
-	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy
+	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy report-cifar10
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,6 +102,13 @@ results: $(STAMP)
 report: $(STAMP)
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
 	  --compare vit_nano_patch4_32.digits -
+
+# The interpretability report of the shipped CIFAR-10 CRATE against its ViT twin and CRATE-alpha, on the
+# val photographs (docs/interpret_cifar10/); needs data/cifar10 (make cifar10-data) and the .cifar10 weights.
+report-cifar10: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	$(PY) -m crate.interpret --model crate_micro_patch4_32.cifar10 --out docs/interpret_cifar10 \
+	  --compare vit_micro_patch4_32.cifar10 - --compare crate_alpha_micro_patch4_32.cifar10 -
 
 # Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager
 # and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).

@@ -227,14 +227,14 @@ def report(tmp_path_factory) -> Path:
     vit = REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors"
     main(
         ["--model", "crate_nano_patch4_32.digits", "--data", "digits", "--out", str(out), "--probe-images", "32"]
-        + ["--compare", "vit_nano_patch4_32", str(vit)]
+        + ["--compare", "vit_nano_patch4_32", str(vit), "--compare", "crate_alpha_nano_patch4_32.digits", "-"]
     )
     return out
 
 
 def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Path) -> None:
     metrics = json.loads((report / "metrics.json").read_text())
-    assert set(metrics) == {"crate_nano_patch4_32.digits", "vit_nano_patch4_32"}
+    assert set(metrics) == {"crate_nano_patch4_32.digits", "vit_nano_patch4_32", "crate_alpha_nano_patch4_32.digits"}
     for label, result in metrics.items():
         assert 0.9 <= result["val_accuracy"] <= 1.0, label
         for convention in ("official", "paper"):
@@ -269,7 +269,7 @@ def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Pat
 def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     text = (report / "report.md").read_text()
     pngs = sorted(report.glob("*.png"))
-    assert len(pngs) == 4 + 2 * 6
+    assert len(pngs) == 4 + 3 * 6  # three models
     expected_sizes = {
         "layerwise.png": (1600, 340),
         "lenses.png": (1800, 340),
@@ -285,6 +285,8 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
             if png.name in expected_sizes:
                 assert image.size == expected_sizes[png.name]
     assert "0 by construction" in text  # CRATE's symmetric PSD kernel is not presented as a finding
+    for control in ("random init", "update negated", "theory step", "uniform map", "(random init)"):
+        assert control in text, control  # every figure beside its controls
 
 
 def test_bad_or_mismatched_checkpoint_gets_a_clear_error(tmp_path: Path, capsys) -> None:

@@ -1,7 +1,7 @@
 """``python -m crate.interpret`` (also ``crate-interpret``): any checkpoint to numbers and pictures.
 
     python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH --data digits --out DIR \\
-        --compare vit_nano_patch4_32 PATH2 [--masks DIR]
+        --compare vit_nano_patch4_32 PATH2 [--compare MODEL3 PATH3 ...] [--masks DIR]
     python -m crate.interpret --model crate_nano_patch4_32 --checkpoint PATH \
         --data configs/crate_nano_imagefolder.yaml --data.root DIR --out DIR
 
@@ -49,7 +49,13 @@ def main(argv: list[str] | None = None) -> None:
         help="'digits' or a train.py YAML config (its data section); default: the data the checkpoint's run held out",
     )
     parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
-    parser.add_argument("--compare", nargs=2, metavar=("MODEL", "CHECKPOINT"), help="a second model to compare")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        metavar=("MODEL", "CHECKPOINT"),
+        help="another model to compare (CHECKPOINT '-' for a pretrained tag); repeat for more",
+    )
     parser.add_argument("--masks", default=None, help="folder of foreground masks mirroring the data's val/ folder")
     parser.add_argument("--eps-official", type=float, default=0.01, help="eps of the official convention")
     parser.add_argument("--eps-paper", type=float, default=0.5, help="eps of the paper convention")
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
     args, rest = parser.parse_known_args(argv)
     overrides = _data_overrides(parser, rest)
-    pairs = [(args.model, args.checkpoint)] + ([tuple(args.compare)] if args.compare else [])
+    pairs = [(args.model, args.checkpoint)] + [tuple(pair) for pair in args.compare or []]
     try:
         models = {}
         for name, checkpoint in pairs:
