@@ -253,6 +253,13 @@ def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Pat
             assert scores["best_head_iou"] == max(scores["per_head"])
             assert 0 <= scores["chance"] <= 1
         assert all(0 <= v <= 1 for v in result["linear_probe_accuracy"])
+        controls = result["controls"]  # under names that say what they are
+        assert controls["random_init"]["init_seeds"] == [0, 1, 2]
+        for key in ("layerwise", "attention", "seeds", "segmentation", "geometry"):
+            assert key in controls["random_init"], key
+        for name in ("Rc_after_attention_negated", "Rc_after_attention_theory_step"):
+            assert len(controls["compression"]["official"][name]) == 4
+        assert controls["uniform_map"]["redundancy"] == pytest.approx(1.0)
     crate_result = metrics["crate_nano_patch4_32.digits"]
     assert crate_result["shared_query_key"] and not metrics["vit_nano_patch4_32"]["shared_query_key"]
     assert "random_dictionary" in crate_result["geometry"]
