@@ -13,8 +13,12 @@ magnitude drawn uniformly from its bins and a random sign), normalisation, and r
 of 2-33% of the image, aspect ratio 0.3-3.3, set to the mean: timm's ``RandomErasing`` settings, its
 ``const`` mode). The operations themselves are torchvision's (``transforms.v2.functional``, which works on
 batched tensors on any device); images of a batch that drew the same operation, magnitude and sign are
-transformed in one call. kornia would draw per-image parameters as well, but from the global random state
-and not from a seed per image, and would add a dependency for what torchvision already ships.
+transformed in one call, and the shears, shifts and rotations of a batch all in one grid sample (the grids
+computed per image with torchvision's own helpers, so each image is exactly what torchvision gives it
+alone; those helpers are private to torchvision, and the tests compare every operation with torchvision's
+``TrivialAugmentWide`` on each image, so a change in them fails a test). kornia would draw per-image
+parameters as well, but from the global random state and not from a seed per image, and would add a
+dependency for what torchvision already ships.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
+from torchvision.transforms.functional import _get_inverse_affine_matrix
+from torchvision.transforms.v2.functional._geometry import _apply_grid_transform
 
 __all__ = ["POLICY_OPS", "BatchAugmentation", "normalize", "sample_uniforms"]
 
@@ -60,6 +66,50 @@ def sample_uniforms(seeds: Sequence[int] | torch.Tensor) -> torch.Tensor:
         torch.rand(DRAWS, dtype=torch.float64, generator=torch.Generator().manual_seed(int(seed))) for seed in seeds
     ]
     return torch.stack(rows) if rows else torch.empty(0, DRAWS, dtype=torch.float64)
+
+
+_GEOMETRIC = ("shear_x", "shear_y", "translate_x", "translate_y", "rotate")
+
+
+def _inverse_affine(op: str, magnitude: float, height: int, width: int) -> list[float] | None:
+    """The inverse affine matrix torchvision's ``affine``/``rotate`` compute for this geometric operation (the
+    arguments :func:`_apply_op` passes), or None for a rotation torchvision does without a grid (multiples of
+    90 degrees)."""
+    if op in ("shear_x", "shear_y"):
+        angle = math.degrees(math.atan(magnitude))
+        shear = [angle, 0.0] if op == "shear_x" else [0.0, angle]
+        return _get_inverse_affine_matrix([-0.5 * width, -0.5 * height], 0.0, [0.0, 0.0], 1.0, shear)
+    if op in ("translate_x", "translate_y"):
+        shift = [float(int(magnitude)), 0.0] if op == "translate_x" else [0.0, float(int(magnitude))]
+        return _get_inverse_affine_matrix([0.0, 0.0], 0.0, shift, 1.0, [0.0, 0.0])
+    if magnitude % 90 == 0:
+        return None
+    return _get_inverse_affine_matrix([0.0, 0.0], -(magnitude % 360), [0.0, 0.0], 1.0, [0.0, 0.0])
+
+
+def _apply_geometric(images: torch.Tensor, choices: list[tuple[str, float]], fill: list[float]) -> torch.Tensor | None:
+    """Each image moved by its own geometric operation in one grid sample: the grids of torchvision's
+    ``affine``/``rotate`` (its own helpers, so that every image equals torchvision's result on it alone),
+    stacked; None when an operation needs torchvision's own path."""
+    height, width = images.shape[-2:]
+    matrices = [_inverse_affine(op, magnitude, height, width) for op, magnitude in choices]
+    if any(matrix is None for matrix in matrices):
+        return None
+    theta = torch.tensor(matrices, dtype=torch.float32, device=images.device).reshape(-1, 2, 3)
+    return _apply_grid_transform(images, _affine_grids(theta, height, width), "nearest", fill=fill)
+
+
+def _affine_grids(theta: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """torchvision's sampling grid of an affine map (its ``_affine_grid``: pixel centres, the map applied,
+    then normalised to [-1, 1]) for a batch of matrices (B, 2, 3) at once -> (B, H, W, 2)."""
+    base = torch.ones(1, height, width, 3, dtype=theta.dtype, device=theta.device)
+    base[..., 0] = torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=theta.device)
+    base[..., 1] = torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=theta.device)[
+        :, None
+    ]
+    scale = torch.tensor([0.5 * width, 0.5 * height], dtype=theta.dtype, device=theta.device)
+    rescaled = theta.transpose(1, 2) / scale
+    return base.view(1, height * width, 3).expand(len(theta), -1, -1).bmm(rescaled).view(-1, height, width, 2)
 
 
 def _apply_op(images: torch.Tensor, op: str, magnitude: float, fill: list[float]) -> torch.Tensor:
@@ -140,11 +190,10 @@ class BatchAugmentation:
         canvas[:, :, pad : pad + height, pad : pad + width] = images
         top = (uniforms[:, _CROP_Y] * (2 * pad + 1)).long().to(images.device)
         left = (uniforms[:, _CROP_X] * (2 * pad + 1)).long().to(images.device)
-        rows = (top[:, None] + torch.arange(height, device=images.device))[:, None, :, None]
-        cols = (left[:, None] + torch.arange(width, device=images.device))[:, None, None, :]
-        index = torch.arange(batch, device=images.device)[:, None, None, None]
-        channel = torch.arange(channels, device=images.device)[None, :, None, None]
-        return canvas[index, channel, rows, cols]
+        rows = (top[:, None] + torch.arange(height, device=images.device)).view(batch, 1, height, 1)
+        canvas = canvas.gather(2, rows.expand(batch, channels, height, width + 2 * pad))
+        cols = (left[:, None] + torch.arange(width, device=images.device)).view(batch, 1, 1, width)
+        return canvas.gather(3, cols.expand(batch, channels, height, width))
 
     def flip(self, images: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         flipped = (uniforms[:, _FLIP] < self.hflip).to(images.device)
@@ -172,15 +221,23 @@ class BatchAugmentation:
         return choices
 
     def apply_policy(self, images: torch.Tensor, uniforms: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+        """Every image through its drawn operation: the shears, shifts and rotations together in one grid
+        sample, the other operations in one call per (operation, magnitude)."""
         out = images.clone()
-        groups: dict[tuple[str, float], list[int]] = {}
-        for i, choice in enumerate(self.policy_choices(uniforms)):
-            groups.setdefault(choice, []).append(i)
+        choices = self.policy_choices(uniforms)
         fill_values = [float(v) for v in fill.tolist()]
+        moved = [i for i, (op, magnitude) in enumerate(choices) if op in _GEOMETRIC and magnitude % 90 != 0]
+        if moved:
+            index = torch.tensor(moved, device=images.device)
+            out[index] = _apply_geometric(images[index], [choices[i] for i in moved], fill_values)
+        groups: dict[tuple[str, float], list[int]] = {}
+        done = set(moved)
+        for i, choice in enumerate(choices):
+            if choice[0] != "identity" and i not in done:
+                groups.setdefault(choice, []).append(i)
         for (op, magnitude), members in groups.items():
-            if op != "identity":
-                index = torch.tensor(members, device=images.device)
-                out[index] = _apply_op(images[index], op, magnitude, fill_values)
+            index = torch.tensor(members, device=images.device)
+            out[index] = _apply_op(images[index], op, magnitude, fill_values)
         return out
 
     def erase(self, images: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
