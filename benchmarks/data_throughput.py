@@ -8,8 +8,9 @@ In one run, on one image folder (CIFAR-10's copy by default, ``make cifar10-data
 - ``pil_images_per_s``: the same folder through ``ImageFolderDataModule`` (PIL decoding and timm's
   per-image transforms, padded crop and flip), the faster of 2 loader workers and the main process;
 - ``step_fed_ratio``: training steps of ``crate_micro_patch4_32`` (bf16 autocast, AdamW, the recipe's batch)
-  each fed a new batch by the store path, over the same steps on one batch already in memory, alternated
-  in blocks so that the machine's drift falls on both.
+  each fed a new batch by the store path (the recipe's augmentation), over the same steps on one batch
+  already in memory, alternated in blocks so that the machine's drift falls on both;
+  ``step_fed_ratio_crop_flip`` the same fed with padded crop and flip only.
 
     .venv/bin/python benchmarks/data_throughput.py            # writes benchmarks/results/data_throughput.json
 """
@@ -98,18 +99,20 @@ def main() -> None:
     resident = prepare(next(loader))
     for _ in range(3):  # warm-up
         step(*resident)
-    fed_rates, resident_rates = [], []
-    for _ in range(options.rounds):
-        start = time.perf_counter()
-        for _ in range(options.steps):
-            step(*resident)
-        resident_rates.append(options.steps * batch_size / (time.perf_counter() - start))
-        start = time.perf_counter()
-        for _ in range(options.steps):
-            step(*prepare(next(loader)))
-        fed_rates.append(options.steps * batch_size / (time.perf_counter() - start))
-    fed, held = statistics.median(fed_rates), statistics.median(resident_rates)
+    crop_flip = BatchAugmentation(padding=4, hflip=0.5)
+    rates: dict[str, list[float]] = {"resident": [], "fed": [], "fed_crop_flip": []}
+    for _ in range(options.rounds):  # the three alternate, so that the machine's drift falls on all
+        for kind in rates:
+            stored.augmentation = crop_flip if kind == "fed_crop_flip" else augmentation
+            start = time.perf_counter()
+            for _ in range(options.steps):
+                step(*(resident if kind == "resident" else prepare(next(loader))))
+            rates[kind].append(options.steps * batch_size / (time.perf_counter() - start))
+    stored.augmentation = augmentation
+    fed, held = statistics.median(rates["fed"]), statistics.median(rates["resident"])
+    fed_crop_flip = statistics.median(rates["fed_crop_flip"])
     print(f"{options.model} steps: fed {fed:.0f} images/s, resident {held:.0f} images/s, ratio {fed / held:.3f}")
+    print(f"  fed with padded crop and flip only: {fed_crop_flip:.0f} images/s, ratio {fed_crop_flip / held:.3f}")
 
     result = {
         "path_images_per_s": path_rate,
@@ -120,8 +123,8 @@ def main() -> None:
         "step_fed_ratio": fed / held,
         "step_fed_images_per_s": fed,
         "step_resident_images_per_s": held,
-        "fed_rounds": fed_rates,
-        "resident_rounds": resident_rates,
+        "step_fed_ratio_crop_flip": fed_crop_flip / held,
+        "rounds_images_per_s": rates,
         "store_ready_s": store_seconds,
         "model": options.model,
         "batch_size": batch_size,
