@@ -28,7 +28,7 @@ from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
-from .shipped import digits_cfg
+from .shipped import cifar10_cfg, digits_cfg
 
 __all__ = ["CPU_SIZES", "CRATE", "CrateBlock"]
 
@@ -237,6 +237,7 @@ default_cfgs = generate_default_cfgs(
             num_classes=768, notes=("the authors' demo model: a 768-wide output, no class labels",)
         ),
         "crate_nano_patch4_32.digits": digits_cfg("crate_nano_patch4_32", cpu_cfg()),
+        "crate_nano_patch4_32.cifar10": cifar10_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.*": cpu_cfg(),
         "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
         "crate_micro_patch4_32.*": cpu_cfg(),
