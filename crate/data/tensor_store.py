@@ -26,7 +26,7 @@ import torchvision.transforms.v2.functional as TF
 from filelock import FileLock
 from PIL import Image
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch.utils.data import Dataset
 
 from .batch_augmentation import normalize
@@ -82,9 +82,9 @@ class TensorStore:
     def load(cls, path: Path) -> tuple[TensorStore, str]:
         """The store in ``path`` and the fingerprint of the source it was built from."""
         try:
-            tensors = load_file(str(path))
-            with safe_open(str(path), framework="pt") as handle:
+            with safe_open(str(path), framework="pt") as handle:  # one read: the tensors and the metadata
                 metadata = handle.metadata() or {}
+                tensors = {name: handle.get_tensor(name) for name in ("images", "labels")}
             if metadata.get("format") != STORE_FORMAT:
                 raise StoreError(f"its format is {metadata.get('format')!r}, not {STORE_FORMAT!r}")
             store = cls(tensors["images"], tensors["labels"], tuple(json.loads(metadata["classes"])))

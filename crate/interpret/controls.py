@@ -21,7 +21,8 @@ import timm
 import torch
 from torch import nn
 
-from crate.metrics import COMPRESSION_CONTROLS, compression_controls, trace_model, transformer_blocks
+from crate.layers.trace import BlockTrace
+from crate.metrics import COMPRESSION_CONTROLS, compression_controls, transformer_blocks
 from crate.metrics.functional import default_eps
 
 from .lenses import head_redundancy, top_k_mass
@@ -84,9 +85,9 @@ def mean_of(results: list[Any]) -> Any:
 
 
 @torch.no_grad()
-def compression_control_curves(model: nn.Module, images: torch.Tensor, eps: dict[str, float]) -> dict[str, Any]:
-    """Per convention, per control of ``COMPRESSION_CONTROLS``: the per-layer means (None without maps)."""
-    traces = trace_model(model, images)
+def compression_control_curves(model: nn.Module, traces: list[BlockTrace], eps: dict[str, float]) -> dict[str, Any]:
+    """Per convention, per control of ``COMPRESSION_CONTROLS``: the per-layer means (None without maps), from
+    the model's traces (with attention maps) that its own figures were read from."""
     blocks = transformer_blocks(model)
     curves: dict[str, Any] = {}
     for convention in ("official", "paper"):

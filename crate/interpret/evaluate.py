@@ -181,12 +181,20 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, va
 
 
 def trace_figures(
-    model: nn.Module, data: EvalData, eps: dict[str, float], lam: float, probe_images: int, top_k: int, mass: float
+    model: nn.Module,
+    data: EvalData,
+    eps: dict[str, float],
+    lam: float,
+    probe_images: int,
+    top_k: int,
+    mass: float,
+    traces: list[BlockTrace] | None = None,
 ) -> dict[str, Any]:
-    """The figures read from the model's traces: layerwise curves, lenses, seeds' lenses, segmentation
-    (where the data has foreground masks) and geometry."""
-    images = data.val_images[:probe_images]
-    traces = trace_model(model, images)
+    """The figures read from the model's traces (of the first ``probe_images`` validation images; traced here
+    unless given): layerwise curves, lenses, seeds' lenses, segmentation (where the data has foreground masks)
+    and geometry."""
+    if traces is None:
+        traces = trace_model(model, data.val_images[:probe_images])
     segmentation = None
     if data.val_masks is not None and traces[0].attention is not None:  # TSSA (ToST) forms no attention maps
         segmentation = segmentation_scores(model, data.val_images, data.val_masks, mass=mass)
@@ -208,20 +216,22 @@ def figure_controls(
     top_k: int,
     mass: float,
     init_seeds: tuple[int, ...] = INIT_SEEDS,
+    traces: list[BlockTrace] | None = None,
 ) -> dict[str, Any]:
     """The controls of :mod:`crate.interpret.controls`: the trace figures of the architecture at its
     initialisation (mean over ``init_seeds``), the compression controls and the uniform map's values."""
-    images = data.val_images[:probe_images]
+    if traces is None:  # the trained model's traces, as its own figures were read from
+        traces = trace_model(model, data.val_images[:probe_images])
     initial = [
         trace_figures(initialised(model, seed), data, eps, lam, probe_images, top_k, mass) for seed in init_seeds
     ]
-    first = trace_model(model, images[:1])[0]
+    first = traces[0]
     uniform = None
     if first.attention is not None:
         uniform = uniform_map(first.attention.shape[1], first.attention.shape[-1], top_k)
     return {
         "random_init": dict(mean_of(initial), init_seeds=list(init_seeds)),
-        "compression": compression_control_curves(model, images, eps),
+        "compression": compression_control_curves(model, traces, eps),
         "uniform_map": uniform,
     }
 
@@ -243,7 +253,8 @@ def evaluate_model(
     the untrained architecture and the compression and uniform-map controls (``result["controls"]``)."""
     model.eval()
     eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
-    figures = trace_figures(model, data, eps, lam, probe_images, top_k, mass)
+    traces = trace_model(model, data.val_images[:probe_images])  # once, for the figures and their controls
+    figures = trace_figures(model, data, eps, lam, probe_images, top_k, mass, traces=traces)
     # on the whole validation split; a model without a classifier (a masked-pretraining checkpoint) has none
     accuracy = held_out_accuracy(model, data.val_set) if getattr(model, "num_classes", 1) else None
     train_features = layer_features(model, data.train_images)
@@ -266,5 +277,5 @@ def evaluate_model(
         "linear_probe_accuracy": probes,
     }
     if controls:
-        result["controls"] = figure_controls(model, data, eps, lam, probe_images, top_k, mass)
+        result["controls"] = figure_controls(model, data, eps, lam, probe_images, top_k, mass, traces=traces)
     return result
