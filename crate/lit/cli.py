@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from crate.errors import innermost_refusal
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
+from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule
 from .data.folder import DataError
@@ -229,7 +230,9 @@ class CrateCLI(LightningCLI):
                 )
             kwargs["logger"] = run_loggers(log_root, run_name, version)
             CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        warn_if_slow_bf16(trainer)
+        return trainer
 
 
 def plain_config(value: Any) -> Any:
