@@ -79,6 +79,9 @@ cifar10-data:
 # recipe (configs/cifar10.yaml + configs/cifar10/<model>.yaml), then exported with its card. Resumable: a
 # run interrupted (or stopped at the end of a session) continues from its last checkpoint, and a model whose
 # file is already in checkpoints/ is skipped (delete the file to retrain it).
+# CIFAR10_ARGS adds train.py arguments to every run (and to the command the card records), e.g.
+# CIFAR10_ARGS='--trainer.precision 32-true' on a CPU without bf16 instructions, where the recipes' bf16 crawls.
+CIFAR10_ARGS ?=
 SHIPPED_CIFAR10 ?= crate_nano_patch4_32 crate_micro_patch4_32 crate_alpha_nano_patch4_32 \
 	crate_alpha_micro_patch4_32 vit_nano_patch4_32 vit_micro_patch4_32 tost_nano_patch4_32
 checkpoints-cifar10: $(STAMP)
@@ -86,7 +89,7 @@ checkpoints-cifar10: $(STAMP)
 	set -e; for m in $(SHIPPED_CIFAR10); do \
 	  out=checkpoints/$$m.cifar10.safetensors; \
 	  if [ -f $$out ]; then echo "$$out exists: skipped"; continue; fi; \
-	  cmd="python train.py fit --config configs/cifar10.yaml --config configs/cifar10/$$m.yaml --log_root logs/cifar10"; \
+	  cmd="python train.py fit --config configs/cifar10.yaml --config configs/cifar10/$$m.yaml --log_root logs/cifar10 $(CIFAR10_ARGS)"; \
 	  run=logs/cifar10/$$m.cifar10/version_0/checkpoints; \
 	  if [ -e $$run/last.ckpt ]; then resume="--ckpt_path last"; else resume=""; fi; \
 	  $(VENV)/bin/$$cmd $$resume; \

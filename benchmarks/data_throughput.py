@@ -7,7 +7,8 @@ In one run, on one image folder (CIFAR-10's copy by default, ``make cifar10-data
   with the recipe's (its TrivialAugment-style policy included);
 - ``pil_images_per_s``: the same folder through ``ImageFolderDataModule`` (PIL decoding and timm's
   per-image transforms, padded crop and flip), the faster of 2 loader workers and the main process;
-- ``step_fed_ratio``: training steps of ``crate_micro_patch4_32`` (bf16 autocast, AdamW, the recipe's batch)
+- ``step_fed_ratio``: training steps of ``crate_micro_patch4_32`` (bf16 autocast where the CPU has bf16
+  instructions, fp32 where it has not: ``--precision``; AdamW, the recipe's batch)
   each fed a new batch by the store path (the recipe's augmentation), over the same steps on one batch
   already in memory, alternated in blocks so that the machine's drift falls on both;
   ``step_fed_ratio_crop_flip`` the same fed with padded crop and flip only.
@@ -30,6 +31,7 @@ import torch
 import yaml
 
 import crate  # noqa: F401 - registers the zoo
+from crate.lit.cpu_precision import cpu_has_native_bf16
 from crate.lit.data import Augmentation, BatchAugmentation, ImageFolderDataModule, StoredImageFolderDataModule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +60,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=60, help="batches per throughput measurement")
     parser.add_argument("--steps", type=int, default=8, help="training steps per block of the fed/resident comparison")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="auto: bf16 where the CPU has bf16 instructions",
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "data_throughput.json"))
     options = parser.parse_args()
     augmentation, batch_size = _recipe_augmentation(Path(options.config))
@@ -87,9 +95,10 @@ def main() -> None:
         print(f"PIL path, {workers} workers: {pil_rates[workers]:.0f} images/s")
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    bf16 = options.precision == "bf16" or (options.precision == "auto" and cpu_has_native_bf16())
 
     def step(images: torch.Tensor, labels: torch.Tensor) -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = torch.nn.functional.cross_entropy(model(images), labels)
         loss.backward()
         optimizer.step()
@@ -131,7 +140,8 @@ def main() -> None:
         "store_augmentation": asdict(augmentation),
         "path_augmentation": "padded crop (4) and horizontal flip, batched (as the PIL path's)",
         "pil_augmentation": "padded crop (4) and horizontal flip, timm's transforms per image",
-        "precision": "bf16 autocast",
+        "precision": "bf16 autocast" if bf16 else "fp32",
+        "cpu_has_native_bf16": cpu_has_native_bf16(),
         "torch_threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
         "root": options.root,

@@ -24,17 +24,26 @@ from pathlib import Path
 import yaml
 
 from crate.lit import cli_main
+from crate.lit.cpu_precision import cpu_has_native_bf16
 
 REPO = Path(__file__).resolve().parents[1]
 THRESHOLDS = (0.70, 0.80, 0.85)
 PATHS = ("store", "pil")
 
 
+def _layered(base: dict, over: dict) -> dict:
+    """``over`` on top of ``base``, section by section (as jsonargparse layers two ``--config`` files)."""
+    merged = dict(base)
+    for key, value in over.items():
+        both_dicts = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = _layered(base[key], value) if both_dicts else value
+    return merged
+
+
 def _run_config(model: str, path: str, options: argparse.Namespace) -> Path:
     """The recipe (``configs/cifar10.yaml`` with the model's file over it) with the path's data section."""
     config = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
-    for key, value in yaml.safe_load((REPO / "configs" / "cifar10" / f"{model}.yaml").read_text()).items():
-        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    config = _layered(config, yaml.safe_load((REPO / "configs" / "cifar10" / f"{model}.yaml").read_text()))
     shared = {"root": options.root, "img_size": 32, "batch_size": config["data"]["init_args"]["batch_size"]}
     if path == "store":
         augmentation = {"padding": 4, "hflip": 0.5, "policy": None, "re_prob": 0.0}
@@ -73,6 +82,8 @@ def train(model: str, path: str, options: argparse.Namespace) -> Path:
     stop["init_args"] = {"monitor": "val/acc", "mode": "max", "stopping_threshold": max(THRESHOLDS), "patience": 10**6}
     args = ["fit", "--config", str(_run_config(model, path, options)), "--trainer.max_epochs", str(options.max_epochs)]
     args += ["--trainer.callbacks+", json.dumps(stop), "--run_name", run_name, "--log_root", options.log_root]
+    if options.precision:
+        args += ["--trainer.precision", options.precision]
     cli_main(args)
     return run
 
@@ -85,7 +96,14 @@ def main() -> None:
     parser.add_argument("--pil-workers", type=int, default=2)
     parser.add_argument("--log-root", default=str(REPO / "logs" / "time_to_accuracy"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "time_to_accuracy.json"))
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        help="trainer precision; auto: the recipe's (bf16) where the CPU has bf16 instructions, 32-true where not",
+    )
     options = parser.parse_args()
+    if options.precision == "auto":
+        options.precision = None if cpu_has_native_bf16() else "32-true"
     results = []
     for model in options.models:
         for path in PATHS:
@@ -101,6 +119,7 @@ def main() -> None:
             )
             print(f"{model} {path}: {reached}; best {row['best_val_acc']}")
     summary = {"runs": results, "max_epochs": options.max_epochs, "pil_workers": options.pil_workers}
+    summary["precision"] = options.precision or "the recipe's"
     summary["machine"] = platform.processor() or platform.machine()
     Path(options.out).write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {options.out}")

@@ -41,6 +41,7 @@ from timing import DEFAULT_CONFIG, REPO
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret.lenses import head_redundancy, row_entropy
 from crate.lit import cli_main
+from crate.lit.cpu_precision import cpu_has_native_bf16
 from crate.lit.factory import create_classifier
 from crate.metrics import compression_controls, layerwise_values, trace_model
 
@@ -103,6 +104,7 @@ def _recipe(name: str, dataset: str, root: str | None) -> list[str]:
         return ["--config", DEFAULT_CONFIG, "--config", str(REPO / "configs" / "zoo" / f"{name}.yaml")]
     recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
     recipe += ["--config", str(REPO / "configs" / "cifar10" / f"{name}.yaml")]
+    recipe += [] if cpu_has_native_bf16() else ["--trainer.precision", "32-true"]  # bf16 crawls without the ISA
     return recipe + (["--data.root", root] if root else [])
 
 
@@ -247,7 +249,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     recipe = (
         "CIFAR-10 at 32 px (train 45,000, val 5,000 images), the CIFAR-10 recipe (configs/cifar10.yaml with the "
-        "model's configs/cifar10/<model>.yaml; bf16)"
+        f"model's configs/cifar10/<model>.yaml; {'bf16' if cpu_has_native_bf16() else 'fp32: this CPU has no bf16'})"
         if cifar
         else "the default job's recipe (digits at 16 px, 1 channel, 10 classes)"
     )

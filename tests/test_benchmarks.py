@@ -199,6 +199,9 @@ def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path
         result["step_fed_images_per_s"] / result["step_resident_images_per_s"]
     )
     assert result["store_augmentation"]["policy"] == "trivial" and result["batch_size"] == 8
+    from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: bf16 only where the CPU runs it natively
+
+    assert result["precision"] == ("bf16 autocast" if cpu_has_native_bf16() else "fp32")
 
 
 def test_time_to_accuracy_reports_the_first_validation_at_each_threshold_for_both_paths(
@@ -228,3 +231,6 @@ def test_time_to_accuracy_reports_the_first_validation_at_each_threshold_for_bot
                 assert reached["seconds"] == expected[2] and reached["epoch"] == expected[0] + 1
     config = (tmp_path / "logs" / "crate_nano_patch4_32.pil" / "version_0" / "config.yaml").read_text()
     assert "ImageFolderDataModule" in config and "StoredImageFolderDataModule" not in config
+    from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: the recipe's bf16 only where it runs natively
+
+    assert f"precision: {'bf16-mixed' if cpu_has_native_bf16() else '32-true'}" in config
