@@ -19,9 +19,9 @@ STD = (0.25, 0.24, 0.26)
 FILL = [round(255 * m) for m in MEAN]
 
 
-def _batch(n: int = 24, size: int = 12) -> tuple[torch.Tensor, list[int]]:
+def _batch(n: int = 24, size: int = 12, channels: int = 3) -> tuple[torch.Tensor, list[int]]:
     generator = torch.Generator().manual_seed(3)
-    images = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=generator)
+    images = torch.randint(0, 256, (n, channels, size, size), dtype=torch.uint8, generator=generator)
     return images, [1000 + 7 * i for i in range(n)]
 
 
@@ -44,12 +44,17 @@ def test_crop_and_flip_equal_a_numpy_transcription_of_pad_shift_and_mirror() -> 
     assert 0 < flips < len(images)  # both branches were exercised
 
 
-def test_the_policy_equals_torchvision_s_trivial_augment_operation_on_each_image_alone() -> None:
-    images, _ = _batch(n=200)
+@pytest.mark.parametrize(("channels", "size"), [(3, 12), (3, 13), (1, 12)], ids=["rgb", "rgb-odd-side", "grey"])
+def test_the_policy_equals_torchvision_s_trivial_augment_operation_on_each_image_alone(
+    channels: int, size: int
+) -> None:
+    """Bit for bit, with the images of one operation (the colour ones: each with its own factor) in one call."""
+    images, _ = _batch(n=200, size=size, channels=channels)
     seeds = list(range(200))
+    fill = FILL[:channels]
     augmentation = BatchAugmentation(padding=0, hflip=0.0, policy="trivial")
-    out = augmentation.apply_policy(images, sample_uniforms(seeds), torch.tensor(FILL, dtype=torch.uint8))
-    reference = v2.TrivialAugmentWide(num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=FILL)
+    out = augmentation.apply_policy(images, sample_uniforms(seeds), torch.tensor(fill, dtype=torch.uint8))
+    reference = v2.TrivialAugmentWide(num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=fill)
     names = dict(zip(POLICY_OPS, reference._AUGMENTATION_SPACE, strict=True))
     choices = augmentation.policy_choices(sample_uniforms(seeds))
     assert {op for op, _ in choices} == set(POLICY_OPS)  # every operation drawn at least once
@@ -58,13 +63,13 @@ def test_the_policy_equals_torchvision_s_trivial_augment_operation_on_each_image
         magnitudes_fn, signed = reference._AUGMENTATION_SPACE[name]
         if op == "solarize":  # torchvision's solarize magnitude is a fraction of the full scale
             magnitude = magnitude / 255.0
-        bins = magnitudes_fn(31, 12, 12)
+        bins = magnitudes_fn(31, size, size)
         if bins is not None:  # the magnitude is one of torchvision's bins, signed where it is
             bins = bins.double()
             assert torch.isclose(bins, torch.tensor(abs(magnitude), dtype=torch.float64), atol=1e-6).any(), op
             assert signed or magnitude >= 0
         expected = reference._apply_image_or_video_transform(
-            tv_tensors.Image(images[i]), name, magnitude, InterpolationMode.NEAREST, {tv_tensors.Image: FILL}
+            tv_tensors.Image(images[i]), name, magnitude, InterpolationMode.NEAREST, {tv_tensors.Image: fill}
         )
         assert torch.equal(out[i], expected.as_subclass(torch.Tensor)), (op, magnitude)
 

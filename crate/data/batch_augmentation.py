@@ -11,12 +11,14 @@ Steps, in order (each optional): resize to the output side, a padded random crop
 policy (one operation per image, drawn uniformly from the 14 of TrivialAugment's wide search space, with a
 magnitude drawn uniformly from its bins and a random sign), normalisation, and random erasing (a rectangle
 of 2-33% of the image, aspect ratio 0.3-3.3, set to the mean: timm's ``RandomErasing`` settings, its
-``const`` mode). The operations themselves are torchvision's (``transforms.v2.functional``, which works on
-batched tensors on any device); images of a batch that drew the same operation, magnitude and sign are
-transformed in one call, and the shears, shifts and rotations of a batch all in one grid sample (the grids
-computed per image with torchvision's own helpers, so each image is exactly what torchvision gives it
-alone; those helpers are private to torchvision, and the tests compare every operation with torchvision's
-``TrivialAugmentWide`` on each image, so a change in them fails a test). kornia would draw per-image
+``const`` mode). The operations are torchvision's (``transforms.v2.functional``, which works on batched
+tensors on any device): the shears, shifts and rotations of a batch go through one grid sample (the grids
+computed per image with torchvision's own helpers), the four colour operations (brightness, saturation,
+contrast, sharpness) through one call each with a factor per image (torchvision's arithmetic, its fused
+multiply-add included, with a tensor of factors), and the other operations one call per (operation,
+magnitude). So each image is exactly what torchvision gives it alone; the helpers and the arithmetic are
+torchvision's internals, and the tests compare every operation with torchvision's ``TrivialAugmentWide``
+on each image, so a change in them fails a test. kornia would draw per-image
 parameters as well, but from the global random state and not from a seed per image, and would add a
 dependency for what torchvision already ships.
 """
@@ -112,8 +114,58 @@ def _affine_grids(theta: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return base.view(1, height * width, 3).expand(len(theta), -1, -1).bmm(rescaled).view(-1, height, width, 2)
 
 
+_FACTOR_OPS = ("brightness", "color", "contrast", "sharpness")  # a blend with a factor 1 + magnitude
+
+
+def _fused_blend(images: torch.Tensor, other: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``_blend`` with one factor per image: ``image * f + other * (1 - f)`` in float32, the
+    product and the add fused into one rounding as its multiply-add kernel does (emulated exactly in float64:
+    the float32 product plus an exact float64 product, rounded once)."""
+    ratio = factors.to(torch.float32).view(-1, 1, 1, 1)
+    alpha = (1.0 - factors).to(torch.float32).view(-1, 1, 1, 1)  # 1 - f in float64, then float32, as torchvision
+    return (images.mul(ratio).double() + other.double() * alpha.double()).float()
+
+
+def _grayscale(images: torch.Tensor) -> torch.Tensor:
+    """torchvision's float grayscale of a uint8 RGB batch (ITU-R 601-2 luma, floored) -> (B, 1, H, W)."""
+    red, green, blue = images.unbind(dim=-3)
+    return red.mul(0.2989).add_(green, alpha=0.587).add_(blue, alpha=0.114).unsqueeze(-3).floor_()
+
+
+def _apply_factor_op(images: torch.Tensor, op: str, magnitudes: torch.Tensor) -> torch.Tensor:
+    """A colour operation of torchvision (``adjust_brightness``, ``_saturation``, ``_contrast``, ``_sharpness``)
+    on a uint8 batch, each image with its own factor ``1 + magnitude`` (float64 magnitudes), in one call: equal
+    to torchvision's call on each image alone, bit for bit (the policy tests check it)."""
+    factors = 1.0 + magnitudes.to(torch.float64).to(images.device)
+    channels = images.shape[-3]
+    if op == "brightness":
+        out = images.mul(factors.to(torch.float32).view(-1, 1, 1, 1))
+    elif op == "color":
+        if channels != 3:
+            return images
+        out = _fused_blend(images, _grayscale(images), factors)
+    elif op == "contrast":
+        gray = _grayscale(images) if channels == 3 else images.to(torch.float32)
+        out = _fused_blend(images, gray.mean(dim=(-3, -2, -1), keepdim=True), factors)
+    elif op == "sharpness":
+        height, width = images.shape[-2:]
+        if height <= 2 or width <= 2:
+            return images
+        a, b = 1.0 / 13.0, 5.0 / 13.0  # torchvision's smoothing kernel: 1s around a 5
+        kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], device=images.device).expand(channels, 1, 3, 3)
+        out = images.to(torch.float32, copy=True)
+        blurred = torch.nn.functional.conv2d(out, kernel, groups=channels).round_()
+        inner = out[..., 1:-1, 1:-1]  # the border keeps its pixels; the inside moves towards the blur
+        alpha = (1.0 - factors).to(torch.float32).view(-1, 1, 1, 1)
+        inner.copy_((inner.double() + (blurred - inner).double() * alpha.double()).float())
+    else:
+        raise ValueError(f"{op!r} is not a colour operation with a factor")
+    return out.clamp_(0, 255).to(images.dtype)
+
+
 def _apply_op(images: torch.Tensor, op: str, magnitude: float, fill: list[float]) -> torch.Tensor:
-    """One policy operation with one signed magnitude on a uint8 batch (torchvision's definitions)."""
+    """One policy operation other than the colour ones with one signed magnitude on a uint8 batch
+    (torchvision's calls)."""
     nearest = InterpolationMode.NEAREST
     if op == "identity":
         return images
@@ -130,14 +182,6 @@ def _apply_op(images: torch.Tensor, op: str, magnitude: float, fill: list[float]
         )
     if op == "rotate":
         return TF.rotate(images, magnitude, interpolation=nearest, fill=fill)
-    if op == "brightness":
-        return TF.adjust_brightness(images, 1.0 + magnitude)
-    if op == "color":
-        return TF.adjust_saturation(images, 1.0 + magnitude) if images.shape[1] == 3 else images
-    if op == "contrast":
-        return TF.adjust_contrast(images, 1.0 + magnitude) if images.shape[1] in (1, 3) else images
-    if op == "sharpness":
-        return TF.adjust_sharpness(images, 1.0 + magnitude)
     if op == "posterize":
         return TF.posterize(images, int(magnitude))
     if op == "solarize":
@@ -222,7 +266,8 @@ class BatchAugmentation:
 
     def apply_policy(self, images: torch.Tensor, uniforms: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
         """Every image through its drawn operation: the shears, shifts and rotations together in one grid
-        sample, the other operations in one call per (operation, magnitude)."""
+        sample, each colour operation in one call with a factor per image, the rest in one call per
+        (operation, magnitude)."""
         out = images.clone()
         choices = self.policy_choices(uniforms)
         fill_values = [float(v) for v in fill.tolist()]
@@ -230,8 +275,15 @@ class BatchAugmentation:
         if moved:
             index = torch.tensor(moved, device=images.device)
             out[index] = _apply_geometric(images[index], [choices[i] for i in moved], fill_values)
-        groups: dict[tuple[str, float], list[int]] = {}
         done = set(moved)
+        for op in _FACTOR_OPS:
+            members = [i for i, choice in enumerate(choices) if choice[0] == op]
+            if members:
+                index = torch.tensor(members, device=images.device)
+                magnitudes = torch.tensor([choices[i][1] for i in members], dtype=torch.float64)
+                out[index] = _apply_factor_op(images[index], op, magnitudes)
+                done.update(members)
+        groups: dict[tuple[str, float], list[int]] = {}
         for i, choice in enumerate(choices):
             if choice[0] != "identity" and i not in done:
                 groups.setdefault(choice, []).append(i)
