@@ -24,6 +24,7 @@ from crate.interpret.geometry import (
     subspace_coherence,
 )
 from crate.interpret.lenses import head_redundancy, relative_dispersion, token_dispersion
+from crate.interpret.loading import sample_order
 from crate.interpret.segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
 from crate.lit.rate_monitor import layer_rate_values
 from crate.metrics import QUANTITIES, trace_model
@@ -219,6 +220,40 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
         load_data(str(config), model, masks=str(tmp_path / "masks"))
     with pytest.raises(ValueError, match="strokes"):
         load_data("digits", model, masks=str(tmp_path / "masks"))
+
+
+def test_lenses_read_a_class_mixed_sample_of_an_image_folder_and_each_mask_stays_with_its_image(
+    tmp_path: Path,
+) -> None:
+    """An image folder lists its images class by class; the lenses read a seeded random sample of it (not its
+    first images, all of one class), and a mask still belongs to the image it was drawn for."""
+    rng = np.random.default_rng(1)
+    for split in ("train", "val"):
+        for c in range(3):
+            for i in range(8):
+                blocks = rng.integers(0, 2, size=(5, 6), dtype=np.uint8) * 255  # 4x4-pixel blocks: 20 x 24
+                pixels = np.kron(blocks, np.ones((4, 4), dtype=np.uint8))
+                path = tmp_path / "images" / split / f"class_{c}" / f"{i}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels).convert("RGB").save(path)
+                if split == "val":  # the mask is the image's own bright blocks
+                    target = tmp_path / "masks" / f"class_{c}" / f"{i}.png"
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    Image.fromarray(pixels).save(target)
+    config = tmp_path / "data.yaml"
+    data_args = f"root: {tmp_path / 'images'}\n    img_size: 32\n    num_workers: 0"
+    config.write_text(f"data:\n  class_path: crate.lit.ImageFolderDataModule\n  init_args:\n    {data_args}\n")
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3)
+    data = load_data(str(config), model, limit=6, masks=str(tmp_path / "masks"))
+    order = sample_order(24, 6)
+    assert len(set(order)) == 6 and max(order) < 24
+    assert data.val_labels.tolist() == [data.val_set.targets[i] for i in order]
+    assert len(set(data.val_labels.tolist())) > 1 and len(set(data.train_labels.tolist())) > 1  # classes mixed
+    for j, i in enumerate(order):
+        assert torch.equal(data.val_images[j], data.val_set[i][0])
+    bright = data.val_images.mean(dim=1) > data.val_images.mean()  # (6, 32, 32)
+    agreement = (bright[:, None] == data.val_masks[None, :]).float().mean(dim=(2, 3))  # image x mask
+    assert agreement.diagonal().min() > 0.9 and (agreement - torch.eye(6)).max() < 0.8
 
 
 @pytest.fixture(scope="module")

@@ -271,6 +271,8 @@ def evaluate_model(
         "data": data.name,
         "val_accuracy": accuracy,
         "val_images": len(data.val_set),
+        # the images the lenses, probes and segmentation read (a seeded random sample where a split is larger)
+        "sampled_images": {"train": len(data.train_images), "val": len(data.val_images)},
         "rate_settings": {"eps": eps, "lambda": lam, "images": min(probe_images, len(data.val_images))},
         **figures,
         "top_k": top_k,

@@ -124,9 +124,10 @@ def model_in_chans(model: torch.nn.Module) -> int:
 
 
 class EvalData:
-    """Images (normalised as in training) and labels of a train and a validation split (at most ``limit``
-    each, for the lenses and probes), the whole validation split as a dataset (for accuracy), and where
-    known the foreground of each validation image as a pixel mask (B, H, W)."""
+    """Images (normalised as in training) and labels of a train and a validation split, for the lenses and
+    probes (at most ``limit`` each: a seeded random sample of a larger split, see :func:`sample_order`); the
+    whole validation split as a dataset (for accuracy); and where known the foreground of each sampled
+    validation image as a pixel mask (B, H, W)."""
 
     def __init__(
         self,
@@ -143,9 +144,19 @@ class EvalData:
         self.val_set = val_set if val_set is not None else TensorDataset(self.val_images, self.val_labels)
 
 
-def _stack(dataset: Any, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    count = len(dataset) if limit is None else min(limit, len(dataset))
-    items = [dataset[i] for i in range(count)]
+SAMPLE_SEED = 0
+
+
+def sample_order(size: int, limit: int | None, seed: int = SAMPLE_SEED) -> list[int]:
+    """The indices of a dataset the lenses and probes read: at most ``limit``, in a seeded random order. An
+    image folder lists its images class by class, so its first images are one class (CIFAR-10's first 2,000
+    validation images: 4 classes of 10); a random order mixes the classes in any prefix of it."""
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+    return order if limit is None else order[:limit]
+
+
+def _stack(dataset: Any, order: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    items = [dataset[i] for i in order]
     return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
 
 
@@ -312,15 +323,17 @@ def load_data(
         strokes = stroke_pixels(val.images, DIGITS_MEAN, DIGITS_STD)
         return EvalData(name, (train.images, train.labels), (val.images, val.labels), strokes)
     datamodule = datamodule_from_config(config, model)
-    val = _stack(datamodule.val_set, limit)
+    val_order = sample_order(len(datamodule.val_set), limit)
+    val = _stack(datamodule.val_set, val_order)
     val_masks = None
     if masks is not None:
         samples = getattr(datamodule.val_set, "samples", None)
         if samples is None:
             raise ValueError(f"--masks needs an image-folder dataset; {describe_data(config)} has no image files")
-        paths = [path for path, _ in samples[: len(val[1])]]
+        paths = [samples[i][0] for i in val_order]
         val_masks = load_mask_folder(masks, paths, datamodule.val_set.root, datamodule.val_set.transform)
-    return EvalData(describe_data(config), _stack(datamodule.train_set, limit), val, val_masks, datamodule.val_set)
+    train = _stack(datamodule.train_set, sample_order(len(datamodule.train_set), limit))
+    return EvalData(describe_data(config), train, val, val_masks, datamodule.val_set)
 
 
 def sample_photographs(model: torch.nn.Module, mean: float = 0.5, std: float = 0.5) -> tuple[torch.Tensor, np.ndarray]:

@@ -90,6 +90,17 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
     return files
 
 
+def _sampled(result: dict[str, Any]) -> str:
+    """Which images the segmentation and the probes read, in words."""
+    sampled, total = result.get("sampled_images"), result["val_images"]
+    if not sampled or sampled["val"] >= total:
+        return f"accuracy, segmentation and probes on the whole validation split ({total} images)"
+    return (
+        f"accuracy on the whole validation split ({total} images), segmentation and probes on a seeded random "
+        f"sample of {sampled['val']} validation and {sampled['train']} training images"
+    )
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -276,7 +287,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         f"Models: {', '.join(f'`{label}`' for label in results)}. "
         f"Data: {next(iter(results.values()))['data']}. "
         f"Rates and lenses on {settings['images']} validation images (official convention eps={eps['official']},"
-        f" paper convention eps={eps['paper']}); segmentation and probes on the whole validation split;"
+        f" paper convention eps={eps['paper']}); {_sampled(next(iter(results.values())))};"
         " every number is in `metrics.json`.",
         "",
         f"```bash\n{command}\n```" if command else "",
