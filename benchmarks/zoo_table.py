@@ -39,6 +39,7 @@ from throughput import Case, Runner
 from timing import DEFAULT_CONFIG, REPO
 
 import crate  # noqa: F401  (registers the zoo)
+from crate.data.sampling import sample_order
 from crate.interpret.lenses import head_redundancy, row_entropy
 from crate.lit import cli_main
 from crate.lit.cpu_precision import cpu_has_native_bf16
@@ -121,7 +122,8 @@ def train_one(name: str, seed: int, epochs: int, dataset: str = "digits", root: 
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         seconds = time.perf_counter() - start
         accuracy = float(cli.trainer.callback_metrics["val/acc"])
-        images = torch.cat([batch[0] for batch in cli.datamodule.val_dataloader()])[:PROBE_IMAGES]
+        val_images = torch.cat([batch[0] for batch in cli.datamodule.val_dataloader()])  # class by class
+        images = val_images[sample_order(len(val_images), PROBE_IMAGES)]  # the classes mixed
         result = measure(cli.model.evaluated_model(), images)
         at_init = measure(initial, images)
     return dict(

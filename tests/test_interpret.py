@@ -14,6 +14,7 @@ from PIL import Image
 from test_data import _write_image_folder
 
 import crate  # noqa: F401
+from crate.data.sampling import sample_order
 from crate.interpret import load_data
 from crate.interpret.__main__ import main
 from crate.interpret.evaluate import attention_lenses, operator_geometry, seed_lenses
@@ -24,7 +25,6 @@ from crate.interpret.geometry import (
     subspace_coherence,
 )
 from crate.interpret.lenses import head_redundancy, relative_dispersion, token_dispersion
-from crate.interpret.loading import sample_order
 from crate.interpret.segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
 from crate.lit.rate_monitor import layer_rate_values
 from crate.metrics import QUANTITIES, trace_model

@@ -150,3 +150,23 @@ def test_layerwise_metric_refuses_bad_arguments() -> None:
         LayerwiseRates(num_layers=2, eps=-1.0)
     with pytest.raises(ValueError, match="traces of 2 layers"):
         LayerwiseRates(num_layers=2).update([])
+
+
+def test_rate_monitor_probes_a_class_mixed_sample_of_a_class_sorted_validation_set() -> None:
+    """An image folder's validation set lists its classes in turn; the probe is the seeded sample, not the first
+    images (which would all be one class)."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from crate.data.sampling import sample_order
+    from crate.lit.rate_monitor import CodingRateMonitor
+
+    labels = torch.arange(10).repeat_interleave(50)  # 500 images, class by class
+    images = torch.arange(500, dtype=torch.float32).view(500, 1, 1, 1).expand(500, 3, 4, 4)  # image i holds i
+    loader = DataLoader(TensorDataset(images, labels), batch_size=64)
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(val_dataloader=lambda: loader))
+    probe = CodingRateMonitor(probe_size=32)._probe_images(trainer)
+    drawn = probe[:, 0, 0, 0].long().tolist()
+    assert drawn == sample_order(500, 32) and len(set(drawn)) == 32
+    assert len(set(labels[drawn].tolist())) >= 5  # first 32 images: class 0 only

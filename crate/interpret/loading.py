@@ -18,6 +18,7 @@ from sklearn.datasets import load_sample_images
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import crate.models  # noqa: F401  (registers the zoo)
+from crate.data.sampling import sample_order
 from crate.errors import innermost_refusal
 from crate.layers import patch_embed_in_chans
 from crate.models import CheckpointError, read_checkpoint
@@ -125,7 +126,7 @@ def model_in_chans(model: torch.nn.Module) -> int:
 
 class EvalData:
     """Images (normalised as in training) and labels of a train and a validation split, for the lenses and
-    probes (at most ``limit`` each: a seeded random sample of a larger split, see :func:`sample_order`); the
+    probes (at most ``limit`` each, in the seeded random order of :func:`crate.data.sampling.sample_order`); the
     whole validation split as a dataset (for accuracy); and where known the foreground of each sampled
     validation image as a pixel mask (B, H, W)."""
 
@@ -142,17 +143,6 @@ class EvalData:
         self.val_images, self.val_labels = val
         self.val_masks = val_masks
         self.val_set = val_set if val_set is not None else TensorDataset(self.val_images, self.val_labels)
-
-
-SAMPLE_SEED = 0
-
-
-def sample_order(size: int, limit: int | None, seed: int = SAMPLE_SEED) -> list[int]:
-    """The indices of a dataset the lenses and probes read: at most ``limit``, in a seeded random order. An
-    image folder lists its images class by class, so its first images are one class (CIFAR-10's first 2,000
-    validation images: 4 classes of 10); a random order mixes the classes in any prefix of it."""
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
-    return order if limit is None else order[:limit]
 
 
 def _stack(dataset: Any, order: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

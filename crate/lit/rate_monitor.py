@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 
+from crate.data.sampling import sample_order
 from crate.metrics import MONITORED, LayerwiseRates, series, trace_model, transformer_blocks
 from crate.metrics.functional import Convention
 from crate.metrics.layerwise import check_quantities
@@ -69,8 +70,9 @@ def rate_curves_figure(values: dict[str, float], title: str = "") -> Figure:
 class CodingRateMonitor(Callback):
     """Log the per-layer white-box quantities (R, R^c before/after each attention step, sparsity, ...).
 
-    Every ``every_n_steps`` optimizer steps and at each validation epoch end, a fixed probe batch (the
-    first ``probe_size`` validation images) runs once through the model in eval mode without gradients,
+    Every ``every_n_steps`` optimizer steps and at each validation epoch end, a fixed probe batch (a seeded
+    random sample of ``probe_size`` validation images, so that an image folder's classes are mixed in it)
+    runs once through the model in eval mode without gradients,
     traced (``crate.metrics.trace_model``); the values are computed in float64 whatever the training
     precision and logged to every logger as ``rate/<quantity>/layer_{l}`` for each of ``quantities``
     (default ``crate.metrics.MONITORED``; any of ``crate.metrics.QUANTITIES``). ``Rc_before_attention``
@@ -141,8 +143,7 @@ class CodingRateMonitor(Callback):
         if self._probe is None:
             loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else trainer.val_dataloaders
             dataset = loader.dataset
-            count = min(self.probe_size, len(dataset))
-            self._probe = torch.stack([dataset[index][0] for index in range(count)])
+            self._probe = torch.stack([dataset[index][0] for index in sample_order(len(dataset), self.probe_size)])
         return self._probe
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
