@@ -199,6 +199,14 @@ def test_segmentation_pieces_on_known_masks() -> None:
     assert foreground_patches(pixels, (2, 2)).tolist() == [[True, False, False, True]]
 
 
+def _folder_config(tmp_path: Path) -> Path:
+    """A train.py config whose data is the PIL image folder ``tmp_path/images`` at 32 pixels."""
+    config = tmp_path / "data.yaml"
+    data_args = f"root: {tmp_path / 'images'}\n    img_size: 32\n    num_workers: 0"
+    config.write_text(f"data:\n  class_path: crate.lit.ImageFolderDataModule\n  init_args:\n    {data_args}\n")
+    return config
+
+
 def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> None:
     _write_image_folder(tmp_path / "images", classes=2, per_class=2)
     for path in (tmp_path / "images" / "val").rglob("*.png"):
@@ -207,9 +215,7 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
         target = tmp_path / "masks" / path.relative_to(tmp_path / "images" / "val")
         target.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(mask).save(target)
-    config = tmp_path / "data.yaml"
-    data_args = f"root: {tmp_path / 'images'}\n    img_size: 32\n    num_workers: 0"
-    config.write_text(f"data:\n  class_path: crate.lit.ImageFolderDataModule\n  init_args:\n    {data_args}\n")
+    config = _folder_config(tmp_path)
     model = timm.create_model("crate_nano_patch4_32", num_classes=2)
     data = load_data(str(config), model, masks=str(tmp_path / "masks"))
     assert data.val_masks.shape == (4, 32, 32)
@@ -240,9 +246,7 @@ def test_lenses_read_a_class_mixed_sample_of_an_image_folder_and_each_mask_stays
                     target = tmp_path / "masks" / f"class_{c}" / f"{i}.png"
                     target.parent.mkdir(parents=True, exist_ok=True)
                     Image.fromarray(pixels).save(target)
-    config = tmp_path / "data.yaml"
-    data_args = f"root: {tmp_path / 'images'}\n    img_size: 32\n    num_workers: 0"
-    config.write_text(f"data:\n  class_path: crate.lit.ImageFolderDataModule\n  init_args:\n    {data_args}\n")
+    config = _folder_config(tmp_path)
     model = timm.create_model("crate_nano_patch4_32", num_classes=3)
     data = load_data(str(config), model, limit=6, masks=str(tmp_path / "masks"))
     order = sample_order(24, 6)
