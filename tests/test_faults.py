@@ -66,6 +66,25 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
         assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
 
 
+def test_a_run_interrupted_before_its_first_checkpoint_links_last_to_its_final_state_after_resume(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    """SIGTERM before the run's first regular checkpoint: last.ckpt links to the interrupt checkpoint, and after
+    the resumed run it must link to the final state (not stay behind with the final state at last-v1.ckpt,
+    where --ckpt_path last and the export would silently take the interrupted weights)."""
+    kill = _extra_config(tmp_path, "kill", [{"class_path": "helpers.SignalAtStep", "init_args": {"step": 3}}])
+    run_train("fit", "--config", DEFAULT, "--config", kill, *SHORT, "--log_root", str(tmp_path))
+    assert (_run_dir(tmp_path) / "last.ckpt").resolve().name == "interrupted-epoch000-step000003.ckpt"
+    _ok(run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last"))
+    final = _run_dir(tmp_path) / "last.ckpt"
+    steps = torch.load(uninterrupted, weights_only=True)["global_step"]
+    assert torch.load(final, weights_only=True)["global_step"] == steps > 3  # the uninterrupted run's last state
+    assert sorted(p.name for p in _run_dir(tmp_path).glob("last*")) == ["last.ckpt"]
+    reference, ours = _weights(uninterrupted), _weights(final)
+    for key in reference:
+        assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
+
+
 def test_resume_from_an_epoch_end_checkpoint_with_loader_workers_trains_the_next_epoch_bitwise_equal(
     tmp_path: Path,
 ) -> None:

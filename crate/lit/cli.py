@@ -165,6 +165,10 @@ class CrateCLI(LightningCLI):
                 "latest_checkpoint.save_last": "link",
                 "latest_checkpoint.filename": "latest-epoch{epoch:03d}-step{step:06d}",
                 "latest_checkpoint.auto_insert_metric_name": False,
+                # last.ckpt is always re-linked to the newest state: with Lightning's version counter, a run
+                # interrupted before its first save (last.ckpt then links to the interrupt checkpoint) would
+                # after resuming link last-v1.ckpt instead, and --ckpt_path last would take the stale state
+                "latest_checkpoint.enable_version_counter": False,
             }
         )
         parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")
