@@ -25,7 +25,7 @@ from crate.layers.precision import cpu_autocast_dtype
 from .checkpoint import pretrained_kwargs
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
-from .shipped import digits_cfg
+from .shipped import cifar10_cfg, digits_cfg
 
 __all__ = ["TwinAttention", "ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
 
@@ -143,6 +143,7 @@ def create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> Vi
 default_cfgs = generate_default_cfgs(
     {
         "vit_nano_patch4_32.digits": digits_cfg("vit_nano_patch4_32", cpu_cfg()),
+        "vit_nano_patch4_32.cifar10": cifar10_cfg("vit_nano_patch4_32", cpu_cfg()),
         "vit_nano_patch4_32.*": cpu_cfg(),
         "vit_micro_patch4_32.digits": digits_cfg("vit_micro_patch4_32", cpu_cfg()),
         "vit_micro_patch4_32.*": cpu_cfg(),
