@@ -48,6 +48,8 @@ def test_throughput_refuses_a_reference_that_computes_something_else() -> None:
 
 @pytest.mark.slow
 def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> None:
+    from crate.lit.cpu_precision import cpu_has_native_bf16
+
     out = tmp_path / "latest.json"
     args = ["--models", "crate_nano_patch4_32", "--dtypes", "fp32,bf16", "--modes", "eager", "--steps", "1"]
     args += ["--repeats", "1", "--batch", "8", "--vit", "--out", str(out), "--timm-csv", str(tmp_path / "timm.csv")]
@@ -73,7 +75,9 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
         assert row["batch"] == 8
         assert row["train_gflop_per_step"] == pytest.approx(expected_gflop, rel=1e-9)
         assert row["vit_train_gflop_per_step"] == pytest.approx(expected_vit_gflop, rel=1e-9)
-        assert 0 < row["train_mfu"] < 1.5  # a share of the matmul peak measured in the same run
+        assert row["train_mfu"] > 0
+        if row["dtype"] == "fp32" or cpu_has_native_bf16():  # an emulated bf16 matmul is no peak to bound by
+            assert row["train_mfu"] < 1.5  # a share of the matmul peak measured in the same run
         assert row["train_ratio_vs_vit"] == pytest.approx(row["train_img_s"] / row["train_vit_img_s"])
     fp32 = result["rows"][0]
     assert fp32["reference_memory_mib"] > fp32["memory_mib"] > 0  # the reference keeps its N x N maps
