@@ -120,8 +120,11 @@ report-cifar10: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py
 
+# ZOO_TABLE_ARGS='--dataset cifar10': the CIFAR-10 table (docs/zoo_table_cifar10.md; about 6 CPU-hours on 2 cores,
+# resumable: finished runs stay in docs/zoo_table_cifar10.partial.json, commit it as it grows).
+ZOO_TABLE_ARGS ?=
 zoo-table: $(STAMP)
-	$(PY) benchmarks/zoo_table.py
+	$(PY) benchmarks/zoo_table.py $(ZOO_TABLE_ARGS)
 
 attention-scaling: $(STAMP)
 	$(PY) benchmarks/attention_scaling.py

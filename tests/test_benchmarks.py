@@ -152,6 +152,26 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
     assert json.loads(out.with_suffix(".json").read_text())["results"]["crate_nano_patch4_32"]["runs"] == runs
 
 
+def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path) -> None:
+    """The members' recipe files differ (each sets what its shipped weights were trained with: CRATE's the
+    augmentation policy and 100 epochs, the ViT twin's crop and flip); the table's runs must not."""
+    import zoo_table
+    from test_tensor_store import write_folder
+
+    from crate.lit import cli_main
+
+    write_folder(tmp_path / "images", size=32, classes=2, per_class=1, suffix=".png")
+    seen = set()
+    for name in ["crate_nano_patch4_32", "vit_nano_patch4_32", "crate_alpha_nano_patch4_32"]:
+        args = [*zoo_table._recipe(name, "cifar10", str(tmp_path / "images")), "--trainer.max_epochs", "4"]
+        cli = cli_main([*args, "--log_root", str(tmp_path / "logs")], run=False)
+        augmentation = cli.datamodule.augmentation
+        assert cli.model.hparams.model_name == name
+        seen.add((augmentation.policy, augmentation.padding, augmentation.hflip, augmentation.re_prob))
+        seen.add(("warmup", cli.model.hparams.warmup_epochs, cli.trainer.max_epochs))
+    assert seen == {(None, 4, 0.5, 0.0), ("warmup", 1, 4)}
+
+
 @pytest.mark.slow
 def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path) -> None:
     from test_tensor_store import write_folder
