@@ -106,14 +106,14 @@ report: $(STAMP)
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
 	  --compare vit_nano_patch4_32.digits -
 
-# The interpretability report of the shipped CIFAR-10 CRATE against its ViT twin, trained with the same recipe,
-# on the val photographs (docs/interpret_cifar10/); needs data/cifar10 (make cifar10-data). CRATE-alpha joins
-# with REPORT_CIFAR10_MORE='--compare crate_alpha_nano_patch4_32.cifar10 -' once its weights ship.
+# The interpretability report of the shipped CIFAR-10 CRATE against its ViT twin and CRATE-alpha of the same
+# width on the val photographs (docs/interpret_cifar10/); needs data/cifar10 (make cifar10-data).
+# REPORT_CIFAR10_MORE adds more '--compare TAG -' pairs.
 REPORT_CIFAR10_MORE ?=
 report-cifar10: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 \
-	  --compare vit_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
+	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
 
 # Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager
 # and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).

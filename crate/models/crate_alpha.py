@@ -26,7 +26,7 @@ from torch import nn
 from crate.layers import ConvPatchEmbed, OvercompleteISTA
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg, crate_cfg
-from .shipped import digits_cfg
+from .shipped import cifar10_cfg, digits_cfg
 
 __all__ = ["CrateAlphaBlock"]
 
@@ -126,6 +126,7 @@ default_cfgs = generate_default_cfgs(
         "crate_alpha_large_patch8_224.in21k": released_cfg(_IN21K + "crate_alpha_L8_IN21K", num_classes=19167),
         "crate_alpha_large_patch8_224.*": crate_cfg(),
         "crate_alpha_nano_patch4_32.digits": digits_cfg("crate_alpha_nano_patch4_32", cpu_cfg()),
+        "crate_alpha_nano_patch4_32.cifar10": cifar10_cfg("crate_alpha_nano_patch4_32", cpu_cfg()),
         "crate_alpha_nano_patch4_32.*": cpu_cfg(),
         "crate_alpha_micro_patch4_32.digits": digits_cfg("crate_alpha_micro_patch4_32", cpu_cfg()),
         "crate_alpha_micro_patch4_32.*": cpu_cfg(),
