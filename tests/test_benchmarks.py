@@ -228,22 +228,35 @@ def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path
     assert result["precision"] == ("bf16 autocast" if cpu_has_native_bf16() else "fp32")
 
 
-def test_time_to_accuracy_reports_the_first_validation_at_each_threshold_for_both_paths(
+def test_time_to_accuracy_reports_each_threshold_for_both_paths_and_resumes_an_interrupted_run(
     tmp_path: Path, monkeypatch
 ) -> None:
     import time_to_accuracy
     from test_tensor_store import write_folder
 
     write_folder(tmp_path / "folder", size=32, classes=2, per_class=16, suffix=".png")
-    out = tmp_path / "tta.json"
-    args = ["--models", "crate_nano_patch4_32", "--root", str(tmp_path / "folder"), "--max-epochs", "2"]
-    args += ["--pil-workers", "0", "--log-root", str(tmp_path / "logs"), "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args])
+    out, logs = tmp_path / "tta.json", tmp_path / "logs"
+    args = ["--models", "crate_nano_patch4_32", "--root", str(tmp_path / "folder"), "--thresholds", "0", "0.6", "1.01"]
+    args += ["--pil-workers", "0", "--log-root", str(logs), "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "1"])
     time_to_accuracy.main()
+    for path in ("store", "pil"):  # as if the session had ended during epoch 2: no finished mark, a last.ckpt
+        (logs / f"crate_nano_patch4_32.{path}" / "time_to_accuracy.done").unlink()
+    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "2"])
+    time_to_accuracy.main()  # continues both runs from their checkpoints
     runs = json.loads(out.read_text())["runs"]
-    assert [run["path"] for run in runs] == ["store", "pil"]
+    assert [run["path"] for run in runs] == ["store", "pil"] and list(runs[0]["reached"]) == ["0.00", "0.60", "1.01"]
+    assert runs[0]["reached"]["1.01"] is None and runs[0]["reached"]["0.00"]["epoch"] == 1
+    assert sorted(p.name for p in (logs / "crate_nano_patch4_32.store").iterdir()) == [
+        "time_to_accuracy.done",
+        "version_0",
+    ]
+    metrics = logs / "crate_nano_patch4_32.store" / "version_0" / "metrics.csv"
+    before = metrics.read_bytes()
+    time_to_accuracy.main()  # finished runs are read back, not trained again
+    assert metrics.read_bytes() == before and json.loads(out.read_text())["runs"] == runs
     for run in runs:
-        metrics = tmp_path / "logs" / f"crate_nano_patch4_32.{run['path']}" / "version_0" / "metrics.csv"
+        metrics = logs / f"crate_nano_patch4_32.{run['path']}" / "version_0" / "metrics.csv"
         with metrics.open() as handle:  # read here, not through the script's own reader
             logged = [r for r in csv.DictReader(handle) if r.get("val/acc") and r.get("time/elapsed_s")]
         points = [(int(r["epoch"]), float(r["val/acc"]), float(r["time/elapsed_s"])) for r in logged]
@@ -253,7 +266,7 @@ def test_time_to_accuracy_reports_the_first_validation_at_each_threshold_for_bot
             assert (reached is None) == (expected is None)
             if reached is not None:
                 assert reached["seconds"] == expected[2] and reached["epoch"] == expected[0] + 1
-    config = (tmp_path / "logs" / "crate_nano_patch4_32.pil" / "version_0" / "config.yaml").read_text()
+    config = (logs / "crate_nano_patch4_32.pil" / "version_0" / "config.yaml").read_text()
     assert "ImageFolderDataModule" in config and "StoredImageFolderDataModule" not in config
     from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: the recipe's bf16 only where it runs natively
 

@@ -128,8 +128,6 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> s
 
 
 class CrateCLI(LightningCLI):
-    run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
-
     """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules.
 
     Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
