@@ -37,6 +37,7 @@ from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg, crate_cfg
+from .shipped import cifar10_cfg
 
 __all__ = ["ToST", "ToSTBlock"]
 
@@ -234,7 +235,8 @@ _REFERENCE = [
 default_cfgs = generate_default_cfgs(
     {
         **{f"tost_cab_{size}_{depth}_p{patch}": _cfg() for size, depth, patch in _REFERENCE},
-        "tost_nano_patch4_32": cpu_cfg(first_conv="patch_embed.proj.0.0"),
+        "tost_nano_patch4_32.cifar10": cifar10_cfg("tost_nano_patch4_32", cpu_cfg(first_conv="patch_embed.proj.0.0")),
+        "tost_nano_patch4_32.*": cpu_cfg(first_conv="patch_embed.proj.0.0"),
     }
 )
 
