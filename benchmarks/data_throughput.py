@@ -10,9 +10,11 @@ In one run, on one image folder (CIFAR-10's copy by default, ``make cifar10-data
 - ``step_fed_ratio``: training steps of ``crate_micro_patch4_32`` (bf16 autocast where the CPU has bf16
   instructions, fp32 where it has not: ``--precision``; AdamW, the recipe's batch)
   each fed a new batch by the store path (the recipe's augmentation), over the same steps on one batch
-  already in memory, alternated in blocks so that the machine's drift falls on both: the median over rounds
-  of each round's fed / resident ratio (paired within a round, where the machine's speed is about the same);
-  ``step_fed_ratio_crop_flip`` the same fed with padded crop and flip only.
+  already in memory. The kinds alternate step by step (resident, fed, fed with crop and flip only, again), so
+  that the machine's drift falls on all alike, and each step is timed with its batch's preparation: the ratio
+  is the resident step's median time over the fed step's; ``step_fed_ratio_crop_flip`` the same fed with
+  padded crop and flip only. (Blocks of several steps per kind were tried first: on a shared 2-core machine
+  their spread, 0.79-1.00 from block to block, hid an effect of a few percent.)
 
     .venv/bin/python benchmarks/data_throughput.py            # writes benchmarks/results/data_throughput.json
 """
@@ -60,8 +62,7 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "cifar10.yaml"), help="recipe (augmentation, batch)")
     parser.add_argument("--model", default="crate_micro_patch4_32")
     parser.add_argument("--batches", type=int, default=60, help="batches per throughput measurement")
-    parser.add_argument("--steps", type=int, default=8, help="training steps per block of the fed/resident comparison")
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=40, help="timed training steps of each kind (interleaved)")
     parser.add_argument(
         "--precision",
         choices=("auto", "bf16", "fp32"),
@@ -111,20 +112,17 @@ def main() -> None:
     for _ in range(3):  # warm-up
         step(*resident)
     crop_flip = BatchAugmentation(padding=4, hflip=0.5)
-    rates: dict[str, list[float]] = {"resident": [], "fed": [], "fed_crop_flip": []}
-    for _ in range(options.rounds):  # the three alternate, so that the machine's drift falls on all
-        for kind in rates:
+    seconds: dict[str, list[float]] = {"resident": [], "fed": [], "fed_crop_flip": []}
+    for _ in range(options.steps):
+        for kind in seconds:
             stored.augmentation = crop_flip if kind == "fed_crop_flip" else augmentation
             start = time.perf_counter()
-            for _ in range(options.steps):
-                step(*(resident if kind == "resident" else prepare(next(loader))))
-            rates[kind].append(options.steps * batch_size / (time.perf_counter() - start))
+            step(*(resident if kind == "resident" else prepare(next(loader))))
+            seconds[kind].append(time.perf_counter() - start)
     stored.augmentation = augmentation
-    fed, held = statistics.median(rates["fed"]), statistics.median(rates["resident"])
-    ratios = {
-        kind: [f / r for f, r in zip(rates[kind], rates["resident"], strict=True)] for kind in ("fed", "fed_crop_flip")
-    }
-    fed_ratio, crop_flip_ratio = statistics.median(ratios["fed"]), statistics.median(ratios["fed_crop_flip"])
+    median = {kind: statistics.median(times) for kind, times in seconds.items()}
+    fed_ratio, crop_flip_ratio = median["resident"] / median["fed"], median["resident"] / median["fed_crop_flip"]
+    fed, held = batch_size / median["fed"], batch_size / median["resident"]
     print(f"{options.model} steps: fed {fed:.0f} images/s, resident {held:.0f} images/s, ratio {fed_ratio:.3f}")
     print(f"  fed with padded crop and flip only: ratio {crop_flip_ratio:.3f}")
 
@@ -138,8 +136,7 @@ def main() -> None:
         "step_fed_images_per_s": fed,
         "step_resident_images_per_s": held,
         "step_fed_ratio_crop_flip": crop_flip_ratio,
-        "rounds_images_per_s": rates,
-        "rounds_fed_ratio": ratios,
+        "step_seconds": seconds,
         "store_ready_s": store_seconds,
         "model": options.model,
         "batch_size": batch_size,

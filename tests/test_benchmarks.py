@@ -213,17 +213,19 @@ def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path
     config.write_text("data:\n  init_args:\n    batch_size: 8\n    augmentation:\n      policy: trivial\n")
     out = tmp_path / "throughput.json"
     args = ["--root", str(tmp_path / "folder"), "--config", str(config), "--model", "crate_nano_patch4_32"]
-    args += ["--batches", "2", "--steps", "1", "--rounds", "3", "--out", str(out)]
+    args += ["--batches", "2", "--steps", "3", "--out", str(out)]
     monkeypatch.setattr(sys, "argv", ["data_throughput.py", *args])
     data_throughput.main()
     result = json.loads(out.read_text())
     assert result["path_over_pil"] == pytest.approx(result["path_images_per_s"] / result["pil_images_per_s"])
     assert result["pil_images_per_s"] == max(result["pil_images_per_s_by_workers"].values())
-    rounds = result["rounds_images_per_s"]  # the ratio pairs the fed and resident blocks of one round
-    assert len(rounds["fed"]) == len(rounds["resident"]) == 3
-    paired = sorted(fed / resident for fed, resident in zip(rounds["fed"], rounds["resident"], strict=True))
-    assert result["step_fed_ratio"] == pytest.approx(paired[1])
-    assert result["step_fed_images_per_s"] == pytest.approx(sorted(rounds["fed"])[1])
+    steps = result["step_seconds"]  # each kind's steps, timed one by one
+    assert len(steps["fed"]) == len(steps["resident"]) == len(steps["fed_crop_flip"]) == 3
+    assert result["step_fed_ratio"] == pytest.approx(sorted(steps["resident"])[1] / sorted(steps["fed"])[1])
+    assert result["step_fed_ratio_crop_flip"] == pytest.approx(
+        sorted(steps["resident"])[1] / sorted(steps["fed_crop_flip"])[1]
+    )
+    assert result["step_fed_images_per_s"] == pytest.approx(8 / sorted(steps["fed"])[1])
     assert result["store_augmentation"]["policy"] == "trivial" and result["batch_size"] == 8
     from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: bf16 only where the CPU runs it natively
 
