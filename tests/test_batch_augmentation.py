@@ -25,15 +25,16 @@ def _batch(n: int = 24, size: int = 12, channels: int = 3) -> tuple[torch.Tensor
     return images, [1000 + 7 * i for i in range(n)]
 
 
-def test_crop_and_flip_equal_a_numpy_transcription_of_pad_shift_and_mirror() -> None:
+@pytest.mark.parametrize("padding", [3, 0], ids=["crop-and-flip", "flip-only"])
+def test_crop_and_flip_equal_a_numpy_transcription_of_pad_shift_and_mirror(padding: int) -> None:
     images, seeds = _batch()
-    augmentation = BatchAugmentation(padding=3, hflip=0.5)
+    augmentation = BatchAugmentation(padding=padding, hflip=0.5)
     out = augmentation(images, seeds, MEAN, STD)
     uniforms = sample_uniforms(seeds).numpy()
     flips = 0
     for i, image in enumerate(images.numpy()):
-        top, left = int(uniforms[i, 0] * 7), int(uniforms[i, 1] * 7)
-        canvas = np.stack([np.pad(channel, 3, constant_values=FILL[c]) for c, channel in enumerate(image)])
+        top, left = int(uniforms[i, 0] * (2 * padding + 1)), int(uniforms[i, 1] * (2 * padding + 1))
+        canvas = np.stack([np.pad(channel, padding, constant_values=FILL[c]) for c, channel in enumerate(image)])
         expected = canvas[:, top : top + 12, left : left + 12]
         if uniforms[i, 2] < 0.5:
             expected, flips = expected[:, :, ::-1], flips + 1

@@ -226,21 +226,33 @@ class BatchAugmentation:
 
     # --- the steps, each on a uint8 batch (B, C, H, W) and the batch's uniforms (B, DRAWS) ---
 
-    def crop(self, images: torch.Tensor, uniforms: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
-        """Shift each image by (dy, dx) in [-padding, padding], the uncovered border set to ``fill``."""
-        pad = self.padding
+    def crop(
+        self, images: torch.Tensor, uniforms: torch.Tensor, fill: torch.Tensor, flip: bool = False
+    ) -> torch.Tensor:
+        """Shift each image by (dy, dx) in [-padding, padding], the uncovered border set to ``fill``; with
+        ``flip``, the images :meth:`flip` would mirror come out mirrored (one gather does both)."""
+        pad, device = self.padding, images.device
         batch, channels, height, width = images.shape
-        canvas = fill.view(1, channels, 1, 1).expand(batch, channels, height + 2 * pad, width + 2 * pad).clone()
+        padded_width = width + 2 * pad
+        canvas = fill.view(1, channels, 1, 1).expand(batch, channels, height + 2 * pad, padded_width).clone()
         canvas[:, :, pad : pad + height, pad : pad + width] = images
-        top = (uniforms[:, _CROP_Y] * (2 * pad + 1)).long().to(images.device)
-        left = (uniforms[:, _CROP_X] * (2 * pad + 1)).long().to(images.device)
-        rows = (top[:, None] + torch.arange(height, device=images.device)).view(batch, 1, height, 1)
-        canvas = canvas.gather(2, rows.expand(batch, channels, height, width + 2 * pad))
-        cols = (left[:, None] + torch.arange(width, device=images.device)).view(batch, 1, 1, width)
-        return canvas.gather(3, cols.expand(batch, channels, height, width))
+        top = (uniforms[:, _CROP_Y] * (2 * pad + 1)).long().to(device)
+        left = (uniforms[:, _CROP_X] * (2 * pad + 1)).long().to(device)
+        rows = top[:, None] + torch.arange(height, device=device)
+        columns = torch.arange(width, device=device).expand(batch, width)
+        if flip:
+            columns = torch.where(self.flipped(uniforms).to(device)[:, None], columns.flip(-1), columns)
+        # one gather over each flattened padded image: pixel (i, j) of the crop is canvas[top + i, left + j]
+        index = rows[:, :, None] * padded_width + (left[:, None] + columns)[:, None, :]
+        index = index.view(batch, 1, height * width).expand(batch, channels, height * width)
+        return canvas.view(batch, channels, -1).gather(2, index).view(batch, channels, height, width)
+
+    def flipped(self, uniforms: torch.Tensor) -> torch.Tensor:
+        """Which images of the batch are mirrored."""
+        return uniforms[:, _FLIP] < self.hflip
 
     def flip(self, images: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-        flipped = (uniforms[:, _FLIP] < self.hflip).to(images.device)
+        flipped = self.flipped(uniforms).to(images.device)
         return torch.where(flipped[:, None, None, None], images.flip(-1), images)
 
     def policy_choices(self, uniforms: torch.Tensor) -> list[tuple[str, float]]:
@@ -324,8 +336,8 @@ class BatchAugmentation:
         if size is not None and tuple(images.shape[-2:]) != (size, size):
             images = TF.resize(images, [size, size], antialias=True)
         if self.padding:
-            images = self.crop(images, uniforms, fill)
-        if self.hflip:
+            images = self.crop(images, uniforms, fill, flip=bool(self.hflip))
+        elif self.hflip:
             images = self.flip(images, uniforms)
         if self.policy is not None:
             images = self.apply_policy(images, uniforms, fill)
@@ -339,4 +351,4 @@ def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float])
     """uint8 (B, C, H, W) to float32 ``(x / 255 - mean) / std``, as ToTensor + Normalize compute it."""
     mean_t = torch.tensor(mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
     std_t = torch.tensor(std, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
-    return (images.float() / 255.0 - mean_t) / std_t
+    return images.float().div_(255.0).sub_(mean_t).div_(std_t)  # in place: the same numbers, fewer copies
