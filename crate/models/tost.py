@@ -232,11 +232,13 @@ _REFERENCE = [
     for size, depth in (("tiny", 12), ("small", 12), ("tiny", 24), ("small", 24), ("medium", 24), ("large", 24))
 ]
 
+_NANO_CFG = cpu_cfg(first_conv="patch_embed.proj.0.0")
+
 default_cfgs = generate_default_cfgs(
     {
         **{f"tost_cab_{size}_{depth}_p{patch}": _cfg() for size, depth, patch in _REFERENCE},
-        "tost_nano_patch4_32.cifar10": cifar10_cfg("tost_nano_patch4_32", cpu_cfg(first_conv="patch_embed.proj.0.0")),
-        "tost_nano_patch4_32.*": cpu_cfg(first_conv="patch_embed.proj.0.0"),
+        "tost_nano_patch4_32.cifar10": cifar10_cfg("tost_nano_patch4_32", _NANO_CFG),
+        "tost_nano_patch4_32.*": _NANO_CFG,
     }
 )
 
