@@ -146,6 +146,7 @@ default_cfgs = generate_default_cfgs(
         "vit_nano_patch4_32.cifar10": cifar10_cfg("vit_nano_patch4_32", cpu_cfg()),
         "vit_nano_patch4_32.*": cpu_cfg(),
         "vit_micro_patch4_32.digits": digits_cfg("vit_micro_patch4_32", cpu_cfg()),
+        "vit_micro_patch4_32.cifar10": cifar10_cfg("vit_micro_patch4_32", cpu_cfg()),
         "vit_micro_patch4_32.*": cpu_cfg(),
     }
 )
