@@ -129,6 +129,7 @@ default_cfgs = generate_default_cfgs(
         "crate_alpha_nano_patch4_32.cifar10": cifar10_cfg("crate_alpha_nano_patch4_32", cpu_cfg()),
         "crate_alpha_nano_patch4_32.*": cpu_cfg(),
         "crate_alpha_micro_patch4_32.digits": digits_cfg("crate_alpha_micro_patch4_32", cpu_cfg()),
+        "crate_alpha_micro_patch4_32.cifar10": cifar10_cfg("crate_alpha_micro_patch4_32", cpu_cfg()),
         "crate_alpha_micro_patch4_32.*": cpu_cfg(),
     }
 )
