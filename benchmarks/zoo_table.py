@@ -67,10 +67,11 @@ MEMBERS: dict[str, str] = {
     "crate_nano_patch4_32_attn_only": "CRATE, attention only (MSSA)",
 }
 DATASETS = ("digits", "cifar10")
-# The CIFAR-10 table's one protocol, over every member's recipe file (which may set its own augmentation and
-# epochs for its shipped weights): crop and flip only, and a warm-up that a 4-epoch run finishes.
+# The CIFAR-10 table's one protocol, over every member's recipe file (which may set its own augmentation, learning
+# rate and epochs for its shipped weights): crop and flip only, the base recipe's learning rate, and a warm-up that
+# a 4-epoch run finishes.
 CIFAR_PROTOCOL = ["--data.augmentation.policy", "null", "--data.augmentation.re_prob", "0.0"]
-CIFAR_PROTOCOL += ["--model.warmup_epochs", "1"]
+CIFAR_PROTOCOL += ["--model.lr", "1.0e-3", "--model.warmup_epochs", "1"]
 CIFAR_EPOCHS = 4
 TWIN = "vit_nano_patch4_32"
 PROBE_IMAGES = 256
@@ -262,7 +263,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     recipe = (
         "CIFAR-10 at 32 px (train 45,000, val 5,000 images), one protocol for every member (configs/cifar10.yaml "
-        f"with the model's configs/cifar10/<model>.yaml, then `{protocol}`: crop and flip, one warm-up epoch; "
+        f"with the model's configs/cifar10/<model>.yaml, then `{protocol}`: crop and flip, the base learning rate, one warm-up epoch; "
         f"{'bf16' if cpu_has_native_bf16() else 'fp32: this CPU has no bf16'}); a short budget, so the table ranks "
         "how far each model gets in it, not the accuracy it ends at (the shipped weights' recipes train longer)"
         if cifar

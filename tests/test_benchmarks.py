@@ -153,8 +153,9 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
 
 
 def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path) -> None:
-    """The members' recipe files differ (each sets what its shipped weights were trained with: CRATE's the
-    augmentation policy and 100 epochs, the ViT twin's crop and flip); the table's runs must not."""
+    """The members' recipe files differ (each sets what its shipped weights were trained with: CRATE's a
+    learning rate of 2.5e-3 and 200 epochs, the ViT twin's 30 epochs); the table's runs must not."""
+    import yaml
     import zoo_table
     from test_tensor_store import write_folder
 
@@ -169,7 +170,9 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
         assert cli.model.hparams.model_name == name
         seen.add((augmentation.policy, augmentation.padding, augmentation.hflip, augmentation.re_prob))
         seen.add(("warmup", cli.model.hparams.warmup_epochs, cli.trainer.max_epochs))
-    assert seen == {(None, 4, 0.5, 0.0), ("warmup", 1, 4)}
+        seen.add(("lr", cli.model.hparams.lr))
+    base_lr = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())["model"]["lr"]
+    assert seen == {(None, 4, 0.5, 0.0), ("warmup", 1, 4), ("lr", base_lr)}
 
 
 @pytest.mark.slow
