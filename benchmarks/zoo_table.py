@@ -263,7 +263,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     recipe = (
         "CIFAR-10 at 32 px (train 45,000, val 5,000 images), one protocol for every member (configs/cifar10.yaml "
-        f"with the model's configs/cifar10/<model>.yaml, then `{protocol}`: crop and flip, the base learning rate, one warm-up epoch; "
+        f"with the model's configs/cifar10/<model>.yaml, then `{protocol}`: crop and flip, the base learning rate, "
+        "one warm-up epoch; "
         f"{'bf16' if cpu_has_native_bf16() else 'fp32: this CPU has no bf16'}); a short budget, so the table ranks "
         "how far each model gets in it, not the accuracy it ends at (the shipped weights' recipes train longer)"
         if cifar
