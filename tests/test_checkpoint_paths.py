@@ -107,6 +107,24 @@ def test_read_checkpoint_says_what_a_file_holds() -> None:
     assert "width 96, 4 layers, 10 classes" in checkpoint.describe()
 
 
+def test_a_safetensors_file_under_another_name_is_read_as_safetensors(tmp_path: Path) -> None:
+    """Hub mirrors and users rename files; the format is told by its bytes, so a renamed export is neither
+    called corrupt nor loaded into another model."""
+    from safetensors.torch import load_file
+
+    original = shipped_checkpoint("crate_nano_patch4_32.cifar10.safetensors")
+    renamed = tmp_path / "weights.bin"
+    renamed.write_bytes(Path(original).read_bytes())
+    checkpoint = read_checkpoint(renamed)
+    assert checkpoint.source == "safetensors" and checkpoint.model_name == "crate_nano_patch4_32"
+    reference = load_file(str(original))
+    assert checkpoint.zoo_state_dict.keys() == reference.keys()
+    assert all(torch.equal(checkpoint.zoo_state_dict[k], reference[k]) for k in reference)
+    overlay = dict(file=str(renamed), num_classes=10)
+    with pytest.raises(CheckpointError, match="holds crate_nano_patch4_32, width 96, 4 layers"):
+        timm.create_model("crate_micro_patch4_32", pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
+
+
 def test_crate_alpha_starts_from_the_authors_initial_distribution() -> None:
     torch.manual_seed(0)
     model = timm.create_model("crate_alpha_base_patch16_224", num_classes=1000)

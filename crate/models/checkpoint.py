@@ -144,9 +144,24 @@ def _lightning_data_config(loaded: Mapping[str, Any], path: Path) -> dict[str, A
     return dict(recorded) if isinstance(recorded, Mapping) else _run_folder_data_config(path)
 
 
+def _is_safetensors(path: Path) -> bool:
+    """A ``.safetensors`` name, or the format's own start under any name: an 8-byte little-endian header length
+    that fits the file, then the header's JSON object (a torch zip starts ``PK``, a legacy pickle with 0x80)."""
+    if path.suffix == ".safetensors":
+        return True
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(9)
+    except OSError:
+        return False
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return int.from_bytes(head[:8], "little") <= path.stat().st_size - 8
+
+
 def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str, Any] | None]:
     """(what the file holds, its source, the model's hparams it records, the data config it records)."""
-    if path.suffix == ".safetensors":
+    if _is_safetensors(path):
         from safetensors import safe_open
 
         try:
