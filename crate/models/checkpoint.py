@@ -6,7 +6,7 @@ of every zoo family (``pretrained_cfg_overlay=dict(file=...)`` and the shipped `
 
 - Lightning ``.ckpt`` files written by ``train.py`` (weights under ``state_dict`` with ``model.`` prefixes,
   the run's hyper-parameters under ``hyper_parameters``);
-- safetensors files (the zoo's exports carry ``model_name`` in their metadata);
+- safetensors files, told by their bytes under any name (the zoo's exports carry ``model_name`` in their metadata);
 - torch files (``.pth``/``.pt``/``.bin``, or no extension) holding a state dict, possibly under
   ``state_dict`` or ``model``, with ``module.`` prefixes: the official CRATE, CRATE-alpha and timm layouts;
   training checkpoints (ToST's: ``model``, ``model_ema``, ``optimizer``, and the run's ``args`` as an
