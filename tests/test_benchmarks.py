@@ -154,7 +154,8 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
 
 def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path) -> None:
     """The members' recipe files differ (each sets what its shipped weights were trained with: CRATE's a
-    learning rate of 2.5e-3 and 200 epochs, the ViT twin's 30 epochs); the table's runs must not."""
+    learning rate of 2.5e-3, 320 epochs and the policy, the ViT twin's 30 epochs without it); the table's runs
+    must not."""
     import yaml
     import zoo_table
     from test_tensor_store import write_folder
