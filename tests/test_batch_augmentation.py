@@ -108,6 +108,21 @@ def test_each_image_s_augmentation_depends_on_its_own_seed_only() -> None:
     assert not torch.equal(other, whole)
 
 
+def test_the_policy_stops_after_policy_epochs_and_nothing_else_changes() -> None:
+    """Epochs before ``policy_epochs`` get the whole augmentation, later ones the same draws without the policy."""
+    images, seeds = _batch(n=32)
+    steps = dict(padding=4, hflip=0.5, re_prob=0.3)
+    limited = BatchAugmentation(policy="trivial", policy_epochs=3, **steps)
+    always, never = BatchAugmentation(policy="trivial", **steps), BatchAugmentation(**steps)
+    with_policy, without = always(images, seeds, MEAN, STD), never(images, seeds, MEAN, STD)
+    assert not torch.equal(with_policy, without)  # the policy changes this batch, so the comparisons can fail
+    for epoch in (0, 2):
+        assert torch.equal(limited(images, seeds, MEAN, STD, epoch=epoch), with_policy)
+        assert torch.equal(always(images, seeds, MEAN, STD, epoch=epoch + 100), with_policy)
+    for epoch in (3, 50):
+        assert torch.equal(limited(images, seeds, MEAN, STD, epoch=epoch), without)
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -116,6 +131,7 @@ def test_each_image_s_augmentation_depends_on_its_own_seed_only() -> None:
         (dict(re_prob=-0.1), "re_prob"),
         (dict(policy="rand-m9"), "policy"),
         (dict(magnitude_bins=1), "magnitude_bins"),
+        (dict(policy="trivial", policy_epochs=-1), "policy_epochs"),
     ],
 )
 def test_bad_settings_are_refused_with_the_setting_named(settings: dict, message: str) -> None:

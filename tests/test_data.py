@@ -315,3 +315,34 @@ def test_digits_images_reach_timm_s_augmentation_as_their_own_8_bit_pixels(in_ch
     pixels = np.asarray(picture, dtype=np.float64).reshape(32, 32, in_chans).transpose(2, 0, 1) / 255
     expected = image.double().numpy() * 0.5 + 0.5  # the digits' normalisation undone
     assert np.abs(pixels - expected).max() <= 0.5 / 255 + 1e-9
+
+
+def test_training_batches_are_augmented_for_the_trainer_s_current_epoch(monkeypatch) -> None:
+    """With ``policy_epochs``, the batches of a trainer in an earlier epoch get the policy and those of a later
+    epoch do not: the DataModule passes the trainer's epoch on (a resumed trainer restores it)."""
+    from types import SimpleNamespace
+
+    from crate.data import BatchAugmentation
+
+    rng = np.random.default_rng(1)
+    arrays = {
+        train: SimpleNamespace(
+            data=rng.integers(0, 256, size=(16, 32, 32, 3), dtype=np.uint8),
+            targets=list(rng.integers(0, 10, size=16)),
+            classes=[f"c{i}" for i in range(10)],
+        )
+        for train in (True, False)
+    }
+    limited = BatchAugmentation(padding=2, policy="trivial", policy_epochs=2)
+    data = CIFARDataModule(download=False, batch_size=16, augmentation=limited)
+    monkeypatch.setattr(data, "_open", lambda train, download: arrays[train])
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    images, _, seeds = batch
+    with_policy = BatchAugmentation(padding=2, policy="trivial")(images, seeds, data.mean, data.std)
+    without = BatchAugmentation(padding=2)(images, seeds, data.mean, data.std)
+    assert not torch.equal(with_policy, without)
+    for epoch, expected in ((0, with_policy), (1, with_policy), (2, without), (7, without)):
+        data.trainer = SimpleNamespace(current_epoch=epoch)
+        augmented, _ = data.on_after_batch_transfer(batch, 0)
+        assert torch.equal(augmented, expected), epoch

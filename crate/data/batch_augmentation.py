@@ -203,6 +203,9 @@ class BatchAugmentation:
         policy: ``"trivial"`` for the TrivialAugment-style policy, ``None`` for none.
         magnitude_bins: how many magnitudes the policy draws from (torchvision's TrivialAugmentWide: 31).
         re_prob: probability of random erasing.
+        policy_epochs: the policy is applied in the first ``policy_epochs`` epochs of a run and not after,
+            so that a run can end on images closer to the evaluated ones (crop, flip and erasing stay on);
+            ``None``: in every epoch.
     """
 
     padding: int = 4
@@ -210,6 +213,7 @@ class BatchAugmentation:
     policy: str | None = None
     magnitude_bins: int = 31
     re_prob: float = 0.0
+    policy_epochs: int | None = None
 
     def __post_init__(self) -> None:
         if self.padding < 0:
@@ -223,6 +227,12 @@ class BatchAugmentation:
             raise ValueError(f"policy must be 'trivial' or None, got {self.policy!r}")
         if self.magnitude_bins < 2:
             raise ValueError(f"magnitude_bins must be >= 2, got {self.magnitude_bins}")
+        if self.policy_epochs is not None and self.policy_epochs < 0:
+            raise ValueError(f"policy_epochs must be >= 0 or None (every epoch), got {self.policy_epochs}")
+
+    def policy_on(self, epoch: int) -> bool:
+        """Whether the policy is applied to the batches of this epoch (0-based)."""
+        return self.policy is not None and (self.policy_epochs is None or epoch < self.policy_epochs)
 
     # --- the steps, each on a uint8 batch (B, C, H, W) and the batch's uniforms (B, DRAWS) ---
 
@@ -329,8 +339,10 @@ class BatchAugmentation:
         mean: Sequence[float],
         std: Sequence[float],
         size: int | None = None,
+        epoch: int = 0,
     ) -> torch.Tensor:
-        """The augmented, normalised float32 batch of a uint8 batch, each image by its own seed."""
+        """The augmented, normalised float32 batch of a uint8 batch, each image by its own seed, in the given
+        epoch of the run (0-based; it decides only whether the policy is on, see ``policy_epochs``)."""
         uniforms = sample_uniforms(seeds.tolist() if isinstance(seeds, torch.Tensor) else seeds)
         fill = torch.tensor([round(255 * m) for m in mean], dtype=torch.uint8, device=images.device)
         if size is not None and tuple(images.shape[-2:]) != (size, size):
@@ -339,7 +351,7 @@ class BatchAugmentation:
             images = self.crop(images, uniforms, fill, flip=bool(self.hflip))
         elif self.hflip:
             images = self.flip(images, uniforms)
-        if self.policy is not None:
+        if self.policy_on(epoch):
             images = self.apply_policy(images, uniforms, fill)
         images = normalize(images, mean, std)
         if self.re_prob:

@@ -74,8 +74,10 @@ class StoredImageDataModule(ImageDataModule):
         return SeededStoredImages(self._train_store), as_batch
 
     def augment(self, images: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-        """A uint8 training batch augmented and normalised (each image by its own seed)."""
-        return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size)
+        """A uint8 training batch augmented and normalised (each image by its own seed), for the trainer's
+        current epoch (which turns the policy off after ``augmentation.policy_epochs``)."""
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size, epoch=epoch)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, (tuple, list)) and len(batch) == 3 and batch[0].dtype == torch.uint8:
