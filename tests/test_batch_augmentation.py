@@ -123,6 +123,42 @@ def test_the_policy_stops_after_policy_epochs_and_nothing_else_changes() -> None
         assert torch.equal(limited(images, seeds, MEAN, STD, epoch=epoch), without)
 
 
+def test_policy_prob_leaves_the_images_above_it_alone_and_rescales_the_operation_draw_of_the_others() -> None:
+    """``policy_prob`` p: an image whose operation uniform u is >= p gets no operation, the others get
+    operation floor(u / p * 14) with the full policy's magnitude; the batch matches that image by image."""
+    images, seeds = _batch(n=64)
+    uniforms = sample_uniforms(seeds)
+    names = list(POLICY_OPS)
+    full = BatchAugmentation(policy="trivial", padding=0, hflip=0.0)
+    assert BatchAugmentation(policy="trivial", policy_prob=1.0).policy_choices(uniforms) == full.policy_choices(
+        uniforms
+    )
+    mild = BatchAugmentation(policy="trivial", padding=0, hflip=0.0, policy_prob=0.4)
+    choices = mild.policy_choices(uniforms)
+    left_alone = 0
+    for row, choice in zip(uniforms.tolist(), choices, strict=True):
+        u = row[3]  # the operation's column
+        if u >= 0.4:
+            assert choice == ("identity", 0.0)
+            left_alone += 1
+        else:
+            expected = names[int(u / 0.4 * len(names))]
+            assert choice[0] == expected
+            # the magnitude is the full policy's for that operation and the same magnitude and sign draws
+            as_full = BatchAugmentation(policy="trivial", padding=0, hflip=0.0)
+            moved = uniforms[:1].clone()
+            moved[0] = torch.tensor(row, dtype=torch.float64)
+            moved[0, 3] = (names.index(expected) + 0.5) / len(names)
+            assert choice == as_full.policy_choices(moved)[0]
+    assert 0 < left_alone < len(seeds)  # both branches were exercised
+    out = mild(images, seeds, MEAN, STD)
+    plain = BatchAugmentation(padding=0, hflip=0.0)(images, seeds, MEAN, STD)
+    for i, choice in enumerate(choices):
+        if choice[0] == "identity":
+            assert torch.equal(out[i], plain[i])
+    assert not torch.equal(out, plain)
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -132,6 +168,7 @@ def test_the_policy_stops_after_policy_epochs_and_nothing_else_changes() -> None
         (dict(policy="rand-m9"), "policy"),
         (dict(magnitude_bins=1), "magnitude_bins"),
         (dict(policy="trivial", policy_epochs=-1), "policy_epochs"),
+        (dict(policy="trivial", policy_prob=1.5), "policy_prob"),
     ],
 )
 def test_bad_settings_are_refused_with_the_setting_named(settings: dict, message: str) -> None:

@@ -206,6 +206,10 @@ class BatchAugmentation:
         policy_epochs: the policy is applied in the first ``policy_epochs`` epochs of a run and not after,
             so that a run can end on images closer to the evaluated ones (crop, flip and erasing stay on);
             ``None``: in every epoch.
+        policy_prob: the probability that an image goes through the policy at all (a milder policy: the
+            others keep crop, flip and erasing only). The draw reuses the operation's uniform ``u``: an
+            image with ``u >= policy_prob`` is left alone, the others draw operation ``u / policy_prob`` of
+            the 14, so 1.0 gives the full policy with exactly the same operations as before.
     """
 
     padding: int = 4
@@ -214,11 +218,12 @@ class BatchAugmentation:
     magnitude_bins: int = 31
     re_prob: float = 0.0
     policy_epochs: int | None = None
+    policy_prob: float = 1.0
 
     def __post_init__(self) -> None:
         if self.padding < 0:
             raise ValueError(f"padding must be >= 0, got {self.padding}")
-        for name in ("hflip", "re_prob"):
+        for name in ("hflip", "re_prob", "policy_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.policy in ("", "none", "None", "null"):
@@ -270,7 +275,10 @@ class BatchAugmentation:
         names = list(POLICY_OPS)
         choices = []
         for row in uniforms.tolist():
-            op = names[min(int(row[_OP] * len(names)), len(names) - 1)]
+            if row[_OP] >= self.policy_prob:
+                choices.append(("identity", 0.0))
+                continue
+            op = names[min(int(row[_OP] / self.policy_prob * len(names)), len(names) - 1)]
             level = min(int(row[_MAGNITUDE] * self.magnitude_bins), self.magnitude_bins - 1)
             top = POLICY_OPS[op]
             if top is None:
