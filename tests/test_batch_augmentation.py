@@ -136,20 +136,18 @@ def test_policy_prob_leaves_the_images_above_it_alone_and_rescales_the_operation
     mild = BatchAugmentation(policy="trivial", padding=0, hflip=0.0, policy_prob=0.4)
     choices = mild.policy_choices(uniforms)
     left_alone = 0
-    for row, choice in zip(uniforms.tolist(), choices, strict=True):
-        u = row[3]  # the operation's column
+    for i, choice in enumerate(choices):
+        u = float(uniforms[i, 3])  # the operation's column
         if u >= 0.4:
             assert choice == ("identity", 0.0)
             left_alone += 1
         else:
             expected = names[int(u / 0.4 * len(names))]
             assert choice[0] == expected
-            # the magnitude is the full policy's for that operation and the same magnitude and sign draws
-            as_full = BatchAugmentation(policy="trivial", padding=0, hflip=0.0)
-            moved = uniforms[:1].clone()
-            moved[0] = torch.tensor(row, dtype=torch.float64)
+            # the full policy's magnitude for that operation, from the image's own magnitude and sign draws
+            moved = uniforms[i : i + 1].clone()
             moved[0, 3] = (names.index(expected) + 0.5) / len(names)
-            assert choice == as_full.policy_choices(moved)[0]
+            assert choice == full.policy_choices(moved)[0]
     assert 0 < left_alone < len(seeds)  # both branches were exercised
     out = mild(images, seeds, MEAN, STD)
     plain = BatchAugmentation(padding=0, hflip=0.0)(images, seeds, MEAN, STD)
