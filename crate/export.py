@@ -80,6 +80,25 @@ def load_line(name: str, kwargs: dict[str, Any]) -> str:
     return f"timm.create_model({name!r}, " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
+def _set_aside(paths: list[Path]) -> dict[Path, Path]:
+    """Move each of ``paths`` that exists to ``<name>.previous`` beside it, so that an export that fails puts
+    back the file it was replacing; return {path: where it went}. A ``.previous`` left by an export that was
+    killed holds the only good copy, so it stops the export instead of being overwritten."""
+    for path in paths:
+        aside = path.with_name(path.name + ".previous")
+        if aside.exists():
+            raise FileExistsError(
+                f"{aside} exists: an earlier export to {path} was interrupted, and it holds the file that was "
+                f"there before. Move it back to {path.name} (or delete it) and export again"
+            )
+    moved = {}
+    for path in paths:
+        if path.exists():
+            moved[path] = path.with_name(path.name + ".previous")
+            path.replace(moved[path])
+    return moved
+
+
 def _run_config(ckpt: Path) -> dict[str, Any]:
     """The LightningCLI config.yaml of the run the checkpoint belongs to (``<run>/checkpoints/x.ckpt``): the
     trainer's precision and the seed, for the card's recipe."""
@@ -206,6 +225,7 @@ def export_checkpoint(
         "img_size": hp.get("img_size"),
         "model_kwargs": model_kwargs,
     }
+    previous = _set_aside([out, out.with_suffix(".json"), out.with_suffix(".md")]) if out is not None else {}
     written: list[Path] = []
     try:
         if out is not None:
@@ -217,8 +237,8 @@ def export_checkpoint(
                 for k, v in model.state_dict().items()
             }
             out.parent.mkdir(parents=True, exist_ok=True)
-            save_file(state, str(out), metadata=metadata)
             written.append(out)
+            save_file(state, str(out), metadata=metadata)
             load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
         held_out = None
         if checkpoint.data_config is not None and measure:
@@ -241,54 +261,59 @@ def export_checkpoint(
                 folder_model = timm.create_model(f"local-dir:{hub}", pretrained=True)
                 if held_out_accuracy(folder_model, held_out) != accuracy:
                     raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s accuracy")
+        data = checkpoint.data_config or {}
+        config = _run_config(ckpt)
+        recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
+        recipe.update(_flatten("data.", data.get("init_args") or {}))
+        recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
+        recipe["seed"] = config.get("seed_everything")
+        name = out.name[: -len(".safetensors")] if out is not None else hub.name
+        weights = out if out is not None else hub / "model.safetensors"
+        card = {
+            "name": name,
+            "timm_name": name if "." in name else hp["model_name"],
+            "model_name": hp["model_name"],
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "num_classes": hp["num_classes"],
+            "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
+            "data": describe_data(data) if data else "unknown (the checkpoint records no data config)",
+            "data_config": data or None,
+            "epochs": checkpoint.lightning["epoch"] + 1,
+            "global_step": checkpoint.lightning["global_step"],
+            "val_accuracy": accuracy,
+            "val_images": images,
+            "accuracy_note": note,
+            "recipe": recipe,
+            "file": weights.name,
+            "dtype": dtype if out is not None else "float32",
+            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+            "load": load_line(load_name, load_kwargs),
+            "train_command": train_command
+            or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
+            "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
+        }
+        if out is not None:
+            written += [out.with_suffix(".json"), out.with_suffix(".md")]
+            out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
+            out.with_suffix(".md").write_text(_card_markdown(card))
+        if hub is not None:
+            folder_weights = hub / "model.safetensors"
+            hub_card = dict(
+                card,
+                load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
+                file=folder_weights.name,
+                dtype="float32",
+                sha256=hashlib.sha256(folder_weights.read_bytes()).hexdigest(),
+            )
+            (hub / "README.md").write_text(_hub_card(hub_card))
     except BaseException:
         for path in written:  # nothing half-written is left behind
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        for path, aside in previous.items():  # and what was there before comes back
+            aside.replace(path)
         raise
-    data = checkpoint.data_config or {}
-    config = _run_config(ckpt)
-    recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
-    recipe.update(_flatten("data.", data.get("init_args") or {}))
-    recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
-    recipe["seed"] = config.get("seed_everything")
-    name = out.name[: -len(".safetensors")] if out is not None else hub.name
-    weights = out if out is not None else hub / "model.safetensors"
-    card = {
-        "name": name,
-        "timm_name": name if "." in name else hp["model_name"],
-        "model_name": hp["model_name"],
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "num_classes": hp["num_classes"],
-        "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
-        "data": describe_data(data) if data else "unknown (the checkpoint records no data config)",
-        "data_config": data or None,
-        "epochs": checkpoint.lightning["epoch"] + 1,
-        "global_step": checkpoint.lightning["global_step"],
-        "val_accuracy": accuracy,
-        "val_images": images,
-        "accuracy_note": note,
-        "recipe": recipe,
-        "file": weights.name,
-        "dtype": dtype if out is not None else "float32",
-        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-        "load": load_line(load_name, load_kwargs),
-        "train_command": train_command
-        or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
-        "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
-    }
-    if out is not None:
-        out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
-        out.with_suffix(".md").write_text(_card_markdown(card))
-    if hub is not None:
-        folder_weights = hub / "model.safetensors"
-        hub_card = dict(
-            card,
-            load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
-            file=folder_weights.name,
-            dtype="float32",
-            sha256=hashlib.sha256(folder_weights.read_bytes()).hexdigest(),
-        )
-        (hub / "README.md").write_text(_hub_card(hub_card))
+    for aside in previous.values():
+        aside.unlink()
     return card
 
 
@@ -311,10 +336,10 @@ def main(argv: list[str] | None = None) -> None:
         card = export_checkpoint(
             args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy, args.hub_dir
         )
-    except (FileNotFoundError, CheckpointError, DataError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, CheckpointError, DataError, ValueError) as err:
         hint = (
             ""
-            if isinstance(err, CheckpointError)
+            if isinstance(err, (CheckpointError, FileExistsError))
             else " (the run's data must be readable: --data-root DIR where it lies now, or --no-accuracy)"
         )
         parser.exit(2, f"crate-export: error: {err}{hint}\n")

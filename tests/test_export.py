@@ -90,6 +90,30 @@ def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, cap
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_a_failed_export_puts_back_the_file_it_was_replacing(lightning_run, tmp_path: Path, monkeypatch) -> None:
+    run, _ = lightning_run
+    out = tmp_path / "crate_nano_patch4_32.test.safetensors"
+    files = [out, out.with_suffix(".json"), out.with_suffix(".md")]
+    export_checkpoint(run / "checkpoints" / "last.ckpt", out, measure=False)
+    before = [path.read_bytes() for path in files]
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("interrupted while measuring")
+
+    monkeypatch.setattr("crate.export.held_out_accuracy", fail)
+    with pytest.raises(RuntimeError, match="interrupted while measuring"):
+        export_checkpoint(run / "checkpoints" / "last.ckpt", out, dtype="float16")
+    assert [path.read_bytes() for path in files] == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in files)
+    # A copy set aside by an export that was killed is never overwritten: the export stops and says why.
+    aside = out.with_name(out.name + ".previous")
+    aside.write_bytes(b"the only good copy")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(run / "checkpoints" / "last.ckpt"), "--out", str(out), "--no-accuracy"])
+    assert exit_info.value.code == 2
+    assert aside.read_bytes() == b"the only good copy" and [path.read_bytes() for path in files] == before
+
+
 def test_a_hub_folder_loads_through_timm_both_ways(lightning_run, tmp_path: Path, monkeypatch) -> None:
     from hub_cache import serve_offline
 
