@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -121,7 +122,10 @@ def test_drop_path_rate_is_stochastic_depth_in_training_only(name: str) -> None:
 
 def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> None:
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.9)
-    _fit(module, steps=5, path=tmp_path / "ema.ckpt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(module, steps=5, path=tmp_path / "ema.ckpt")
+    assert not [w for w in caught if "eval mode" in str(w.message)]  # the copy follows the module's mode
     assert module.evaluated_model() is module.model_ema.module
     assert not any(p.requires_grad for p in module.model_ema.parameters())  # never optimised (DDP-safe)
     ema, live = module.model_ema.module.state_dict(), module.model.state_dict()

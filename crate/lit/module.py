@@ -125,6 +125,9 @@ class ImageClassifier(RunRecord, TimmOptimization, L.LightningModule):
         self.model_ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=True) if ema_decay is not None else None
         if self.model_ema is not None:
             self.model_ema.requires_grad_(False)  # DDP would otherwise count its parameters as unused
+            # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for
+            # validation and back afterwards, and does not warn that part of the module starts training in eval
+            self.model_ema.train(self.training)
         self.mixup = None
         if mixup_alpha > 0 or cutmix_alpha > 0:
             self.mixup = Mixup(
