@@ -84,18 +84,16 @@ def _set_aside(paths: list[Path]) -> dict[Path, Path]:
     """Move each of ``paths`` that exists to ``<name>.previous`` beside it, so that an export that fails puts
     back the file it was replacing; return {path: where it went}. A ``.previous`` left by an export that was
     killed holds the only good copy, so it stops the export instead of being overwritten."""
-    for path in paths:
-        aside = path.with_name(path.name + ".previous")
+    asides = {path: path.with_name(path.name + ".previous") for path in paths}
+    for path, aside in asides.items():
         if aside.exists():
             raise FileExistsError(
                 f"{aside} exists: an earlier export to {path} was interrupted, and it holds the file that was "
                 f"there before. Move it back to {path.name} (or delete it) and export again"
             )
-    moved = {}
-    for path in paths:
-        if path.exists():
-            moved[path] = path.with_name(path.name + ".previous")
-            path.replace(moved[path])
+    moved = {path: aside for path, aside in asides.items() if path.exists()}
+    for path, aside in moved.items():
+        path.replace(aside)
     return moved
 
 

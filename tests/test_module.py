@@ -122,10 +122,21 @@ def test_drop_path_rate_is_stochastic_depth_in_training_only(name: str) -> None:
 
 def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> None:
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.9)
+    modes: dict[str, list[bool]] = {"train": [], "val": []}
+
+    class RecordMode(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            modes["train"].append(pl_module.model_ema.module.training)
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+            modes["val"].append(pl_module.evaluated_model().training)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _fit(module, steps=5, path=tmp_path / "ema.ckpt")
+        _fit(module, steps=5, callbacks=[RecordMode()], path=tmp_path / "ema.ckpt")
     assert not [w for w in caught if "eval mode" in str(w.message)]  # the copy follows the module's mode
+    assert modes["train"] == [True] * 5  # in the module's mode while training ...
+    assert modes["val"] and not any(modes["val"])  # ... and in eval mode whenever it is measured
     assert module.evaluated_model() is module.model_ema.module
     assert not any(p.requires_grad for p in module.model_ema.parameters())  # never optimised (DDP-safe)
     ema, live = module.model_ema.module.state_dict(), module.model.state_dict()
