@@ -12,6 +12,9 @@ the store and augments the batch in the training process.
     .venv/bin/python benchmarks/time_to_accuracy.py --max-epochs 30   # benchmarks/results/time_to_accuracy.json
     # a CPU budget: also report 0.50 and 0.60, and stop each run once it reaches 0.70
     .venv/bin/python benchmarks/time_to_accuracy.py --thresholds 0.5 0.6 0.7 0.8 0.85 --stop-at 0.7
+    # other recipes on the store path alone, each capped at 10 epochs, into another file
+    .venv/bin/python benchmarks/time_to_accuracy.py --paths store --max-epochs 10 --models vit_nano_patch4_32_rbf \
+        --out benchmarks/results/time_to_accuracy_variants.json --log-root logs/time_to_accuracy_variants
 
 Resumable: a run that finished is read back from ``--log-root``, not trained again (delete its folder to
 retrain it); a run that was interrupted continues from its last checkpoint. The JSON is rewritten after
@@ -116,6 +119,7 @@ def main() -> None:
     parser.add_argument(
         "--stop-at", type=float, default=None, help="stop a run at this val accuracy (default: the highest threshold)"
     )
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="data paths to train on")
     parser.add_argument("--pil-workers", type=int, default=2)
     parser.add_argument("--log-root", default=str(REPO / "logs" / "time_to_accuracy"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "time_to_accuracy.json"))
@@ -125,6 +129,11 @@ def main() -> None:
         help="trainer precision; auto: the recipe's (bf16) where the CPU has bf16 instructions, 32-true where not",
     )
     options = parser.parse_args()
+    recipes = sorted(path.stem for path in (REPO / "configs" / "cifar10").glob("*.yaml"))
+    recipes = [name for name in recipes if not name.endswith(("_pretrain", "_probe"))]  # not classifiers
+    unknown = [model for model in options.models if model not in recipes]
+    if unknown:
+        parser.error(f"no classification recipe configs/cifar10/<model>.yaml for {unknown}; one of {recipes}")
     if options.precision == "auto":
         options.precision = None if cpu_has_native_bf16() else "32-true"
     if options.stop_at is None:
@@ -133,7 +142,7 @@ def main() -> None:
     summary |= {"pil_workers": options.pil_workers, "precision": options.precision or "the recipe's"}
     summary["machine"] = platform.processor() or platform.machine()
     for model in options.models:
-        for path in PATHS:
+        for path in options.paths:
             row = summarize(model, path, validations(train(model, path, options)), options.thresholds)
             summary["runs"].append(row)
             Path(options.out).write_text(json.dumps(summary, indent=2) + "\n")

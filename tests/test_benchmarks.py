@@ -154,8 +154,8 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
 
 def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path) -> None:
     """The members' recipe files differ (each sets what its shipped weights were trained with: CRATE's a
-    learning rate of 2.5e-3, 320 epochs and the policy, the ViT twin's 30 epochs without it); the table's runs
-    must not."""
+    learning rate of 2.5e-3, 400 epochs, the policy on half of the images and a moving average of the
+    weights; the ViT twin's 30 epochs without the policy); the table's runs must differ in the model alone."""
     import yaml
     import zoo_table
     from test_tensor_store import write_folder
@@ -163,17 +163,29 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
     from crate.lit import cli_main
 
     write_folder(tmp_path / "images", size=32, classes=2, per_class=1, suffix=".png")
-    seen = set()
-    for name in ["crate_nano_patch4_32", "vit_nano_patch4_32", "crate_alpha_nano_patch4_32"]:
+    settings = {}
+    for name in zoo_table.MEMBERS:
         args = [*zoo_table._recipe(name, "cifar10", str(tmp_path / "images")), "--trainer.max_epochs", "4"]
         cli = cli_main([*args, "--log_root", str(tmp_path / "logs")], run=False)
-        augmentation = cli.datamodule.augmentation
         assert cli.model.hparams.model_name == name
-        seen.add((augmentation.policy, augmentation.padding, augmentation.hflip, augmentation.re_prob))
-        seen.add(("warmup", cli.model.hparams.warmup_epochs, cli.trainer.max_epochs))
-        seen.add(("lr", cli.model.hparams.lr))
-    base_lr = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())["model"]["lr"]
-    assert seen == {(None, 4, 0.5, 0.0), ("warmup", 1, 4), ("lr", base_lr)}
+        flat = {f"model.{key}": value for key, value in cli.model.hparams.items() if key != "model_name"}
+        flat |= {
+            f"data.{key}": value for key, value in vars(cli.config.data.init_args.as_flat()).items() if key != "root"
+        }
+        flat |= {f"trainer.{key}": value for key, value in vars(cli.config.trainer.as_flat()).items()}
+        settings[name] = {key: repr(value) for key, value in flat.items()}
+        settings[name]["seed"] = repr(cli.config.seed_everything)
+    reference = settings["vit_nano_patch4_32"]
+    differences = {
+        name: sorted(key for key in reference.keys() | these.keys() if these.get(key) != reference.get(key))
+        for name, these in settings.items()
+    }
+    assert differences == {name: [] for name in settings}
+    recipe = yaml.safe_load((REPO / "configs" / "cifar10.yaml").read_text())
+    hparams, augmentation = cli.model.hparams, cli.datamodule.augmentation
+    assert hparams.lr == recipe["model"]["lr"] and hparams.warmup_epochs == 1 and hparams.ema_decay is None
+    assert (augmentation.policy, augmentation.padding, augmentation.hflip, augmentation.re_prob) == (None, 4, 0.5, 0.0)
+    assert cli.trainer.max_epochs == 4
 
 
 @pytest.mark.slow
@@ -279,3 +291,25 @@ def test_time_to_accuracy_reports_each_threshold_for_both_paths_and_resumes_an_i
     from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: the recipe's bf16 only where it runs natively
 
     assert f"precision: {'bf16-mixed' if cpu_has_native_bf16() else '32-true'}" in config
+    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "2", "--paths", "store"])
+    time_to_accuracy.main()  # one path: its finished run read back, the other path left out of the report
+    assert json.loads(out.read_text())["runs"] == runs[:1]
+
+
+def test_time_to_accuracy_names_the_recipes_when_a_model_has_none(tmp_path: Path, monkeypatch, capsys) -> None:
+    import time_to_accuracy
+
+    out = tmp_path / "tta.json"
+    for model in ("crate_nano_patch4_32_typo", "crate_mae_nano_patch4_32_pretrain"):  # no classification recipe
+        argv = ["time_to_accuracy.py", "--models", "crate_nano_patch4_32", model, "--paths", "store"]
+        monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--log-root", str(tmp_path / "logs")])
+        with pytest.raises(SystemExit) as exit_info:
+            time_to_accuracy.main()
+        message = capsys.readouterr().err
+        assert exit_info.value.code == 2 and model in message and "'vit_nano_patch4_32'" in message
+        assert "_pretrain'," not in message.split("one of")[1]
+    assert not out.exists() and not (tmp_path / "logs").exists()  # nothing trained, nothing written
+    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", "--paths", "gpu"])
+    with pytest.raises(SystemExit):
+        time_to_accuracy.main()
+    assert "invalid choice: 'gpu'" in capsys.readouterr().err
