@@ -12,9 +12,9 @@ the store and augments the batch in the training process.
     .venv/bin/python benchmarks/time_to_accuracy.py --max-epochs 30   # benchmarks/results/time_to_accuracy.json
     # a CPU budget: also report 0.50 and 0.60, and stop each run once it reaches 0.70
     .venv/bin/python benchmarks/time_to_accuracy.py --thresholds 0.5 0.6 0.7 0.8 0.85 --stop-at 0.7
-    # other recipes on the store path alone, each capped at 10 epochs, into another file
-    .venv/bin/python benchmarks/time_to_accuracy.py --paths store --max-epochs 10 --models vit_nano_patch4_32_rbf \
-        --out benchmarks/results/time_to_accuracy_variants.json --log-root logs/time_to_accuracy_variants
+    # the micro recipes on the tensor store alone, at their full length (a GPU run), into another file
+    .venv/bin/python benchmarks/time_to_accuracy.py --paths store --max-epochs 145 \
+        --models crate_micro_patch4_32 vit_micro_patch4_32 --out benchmarks/results/time_to_accuracy_micro.json
 
 Resumable: a run that finished is read back from ``--log-root``, not trained again (delete its folder to
 retrain it); a run that was interrupted continues from its last checkpoint. The JSON is rewritten after
