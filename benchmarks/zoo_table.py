@@ -225,10 +225,10 @@ def main() -> None:
     epochs = args.epochs or (CIFAR_EPOCHS if cifar else 50)
     protocol = " ".join(CIFAR_PROTOCOL) if cifar else ""
     out = Path(args.out or REPO / "docs" / ("zoo_table_cifar10.md" if cifar else "zoo_table.md"))
-    folder = REPO / "configs" / ("cifar10" if cifar else "zoo")
-    missing = [name for name in args.members if not (folder / f"{name}.yaml").is_file()]
+    # digits layers each member's configs/zoo/<model>.yaml; CIFAR-10 takes only the model's name (_recipe)
+    missing = [name for name in args.members if not cifar and not (REPO / "configs" / "zoo" / f"{name}.yaml").is_file()]
     if missing:
-        raise SystemExit(f"zoo_table.py: no {folder.relative_to(REPO)}/<model>.yaml for {missing}")
+        raise SystemExit(f"zoo_table.py: no configs/zoo/<model>.yaml for {missing}")
     # finished runs of an earlier call with the same protocol are kept, not trained again (commit them as they come)
     partial = out.with_suffix(".partial.json")
     done: dict[str, dict[str, Any]] = {}
