@@ -48,7 +48,8 @@ _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "mode
 MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
 DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
 # constructor settings a run may pass that say how it started, not what the architecture is
-_NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "drop_path_rate", "drop_rate"}
+_NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
+_NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
 
 
 @dataclass
