@@ -262,6 +262,8 @@ def export_checkpoint(
         data = checkpoint.data_config or {}
         config = _run_config(ckpt)
         recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
+        regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in model_kwargs}
+        recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
         recipe.update(_flatten("data.", data.get("init_args") or {}))
         recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
         recipe["seed"] = config.get("seed_everything")

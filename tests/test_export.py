@@ -74,6 +74,27 @@ def test_export_writes_a_loadable_file_and_an_honest_card(lightning_run, tmp_pat
         assert torch.equal(loaded(x), module(x))
 
 
+def test_a_run_with_patch_dropout_exports_the_plain_model_and_records_the_rate(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    kwargs = {"patch_drop_rate": 0.5}
+    module = ImageClassifier("crate_nano_patch4_32", 10, in_chans=1, img_size=32, warmup_epochs=0, model_kwargs=kwargs)
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DigitsDataModule(batch_size=32))
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trainer.save_checkpoint(ckpt)
+    data = {"class_path": "crate.lit.DigitsDataModule", "init_args": {"img_size": 32}}
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"seed_everything": 0, "data": data}))
+    out = tmp_path / "crate_nano_patch4_32.test.safetensors"
+    card = export_checkpoint(ckpt, out)
+    assert card["recipe"]["model_kwargs.patch_drop_rate"] == 0.5
+    assert "patch_drop_rate" not in card["load"]  # a training setting: the file loads as the plain model
+    _, val = load_digits_tensors(img_size=32, in_chans=1)
+    module.eval()
+    with torch.no_grad():  # every token at evaluation: the card's accuracy is the module's own
+        expected = int((module(val.images).argmax(-1) == val.labels).sum()) / len(val.labels)
+    assert card["val_accuracy"] == pytest.approx(expected, abs=1e-9)
+
+
 def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, capsys) -> None:
     torch.save({"weights": torch.zeros(3)}, tmp_path / "plain.pth")
     (tmp_path / "broken.ckpt").write_bytes(b"not a checkpoint")
