@@ -56,3 +56,9 @@ def test_a_run_with_patch_dropout_loads_without_it() -> None:
         hparams={"model_kwargs": {"patch_drop_rate": 0.5, "drop_path_rate": 0.1, "global_pool": "avg"}},
     )
     assert held.architecture_kwargs == {"global_pool": "avg"}
+
+
+@pytest.mark.parametrize("rate", [-0.5, 1.0])
+def test_a_rate_outside_zero_to_one_is_a_clear_error(rate: float) -> None:
+    with pytest.raises(ValueError, match=r"patch_drop_rate .* in \[0, 1\); got"):
+        timm.create_model("crate_nano_patch4_32", patch_drop_rate=rate)

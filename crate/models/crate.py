@@ -149,6 +149,8 @@ class CRATE(TransformerClassifier):
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)
+        if not 0.0 <= patch_drop_rate < 1.0:
+            raise ValueError(f"patch_drop_rate is the share of patch tokens dropped, in [0, 1); got {patch_drop_rate}")
         self.patch_drop = (
             PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
             if patch_drop_rate > 0
