@@ -1,4 +1,5 @@
-"""Callbacks that inject faults into a train.py run, given to it through a YAML config in the tests."""
+"""Test helpers: callbacks that inject faults into a train.py run (given to it through a YAML config), and
+stand-in data."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import signal
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
@@ -32,3 +34,19 @@ class PoisonWeightsAtStep(Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 next(pl_module.parameters()).view(-1)[0] = float("nan")
+
+
+def cifar_arrays(seed: int, train_size: int, test_size: int) -> dict[bool, object]:
+    """Random stand-ins for torchvision's CIFAR10 objects (``data`` (N, 32, 32, 3) uint8, ``targets``,
+    ``classes``), keyed by ``train`` as ``CIFARDataModule._open`` is."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    return {
+        train: SimpleNamespace(
+            data=rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8),
+            targets=list(rng.integers(0, 10, size=n)),
+            classes=[f"c{i}" for i in range(10)],
+        )
+        for train, n in ((True, train_size), (False, test_size))
+    }

@@ -14,6 +14,7 @@ from crate.data import ResumableDataLoader
 from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
 from crate.lit.data.augmentation import train_transform
 from crate.lit.data.folder import DataError
+from helpers import cifar_arrays
 
 
 def test_digits_split_is_deterministic_stratified_and_resized() -> None:
@@ -151,29 +152,13 @@ def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_p
     assert not any(isinstance(step, RandomResizedCropAndInterpolation) for step in found)
 
 
-def _cifar_arrays(seed: int, train_size: int, test_size: int) -> dict[bool, object]:
-    """Random stand-ins for torchvision's CIFAR10 objects (``data`` (N, 32, 32, 3) uint8, ``targets``,
-    ``classes``), keyed by ``train`` as ``CIFARDataModule._open`` is."""
-    from types import SimpleNamespace
-
-    rng = np.random.default_rng(seed)
-    return {
-        train: SimpleNamespace(
-            data=rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8),
-            targets=list(rng.integers(0, 10, size=n)),
-            classes=[f"c{i}" for i in range(10)],
-        )
-        for train, n in ((True, train_size), (False, test_size))
-    }
-
-
 def test_cifar_arrays_feed_the_tensor_store_path(monkeypatch) -> None:
     """torchvision's CIFAR arrays (N, H, W, C) become the stores: the official test split validates and
     tests, and training batches leave the loader as uint8 with seeds, augmented on transfer."""
 
     from crate.data import BatchAugmentation
 
-    arrays = _cifar_arrays(seed=0, train_size=20, test_size=8)
+    arrays = cifar_arrays(seed=0, train_size=20, test_size=8)
     data = CIFARDataModule(download=False, batch_size=4, augmentation=BatchAugmentation(padding=2))
     monkeypatch.setattr(data, "_open", lambda train, download: arrays[train])
     data.setup("fit")
@@ -331,7 +316,7 @@ def test_training_batches_are_augmented_for_the_trainer_s_current_epoch(monkeypa
 
     from crate.data import BatchAugmentation
 
-    arrays = _cifar_arrays(seed=1, train_size=16, test_size=16)
+    arrays = cifar_arrays(seed=1, train_size=16, test_size=16)
     limited = BatchAugmentation(padding=2, policy="trivial", policy_epochs=2)
     data = CIFARDataModule(download=False, batch_size=16, augmentation=limited)
     monkeypatch.setattr(data, "_open", lambda train, download: arrays[train])

@@ -16,9 +16,12 @@ import crate  # noqa: F401
 from crate.lit import DigitsDataModule, ImageClassifier
 
 
-def _fit(module: ImageClassifier, steps: int, callbacks: list | None = None, path: Path | None = None) -> L.Trainer:
+def _fit(
+    module: ImageClassifier, steps: int, callbacks: list | None = None, path: Path | None = None, **trainer_args
+) -> L.Trainer:
     torch.manual_seed(0)
     trainer = L.Trainer(
+        **trainer_args,
         max_epochs=1,
         limit_train_batches=steps,
         limit_val_batches=1,
@@ -101,7 +104,7 @@ def test_logged_learning_rate_is_the_schedule_s_under_layer_decay() -> None:
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, layer_decay=0.5)
     module.hparams.warmup_epochs = 0.5
     recorder = _LoggedLR()
-    _fit(module, steps=4, callbacks=[recorder])
+    _fit(module, steps=4, callbacks=[recorder], log_every_n_steps=1)  # train/lr is logged at logging steps
     assert all(len(values) == 1 for values in recorder.unscaled)  # one schedule value, scaled per group
     assert recorder.logged == pytest.approx([values.pop() for values in recorder.unscaled], rel=1e-6)
     # what was logged before: the first group's, the schedule's value times 0.5 ** 5

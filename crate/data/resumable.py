@@ -69,8 +69,9 @@ class ResumableSampler(DistributedSampler):
         base = (self.seed * 1_000_003 + self.epoch) * 1_000_003
         # this process takes every world-th position from its rank; a sample's seed is its position in the
         # whole epoch, so N processes with batch B see the very samples one process with batch N*B sees
+        order = order.tolist()  # one conversion, not a read per sample
         for position in range(rank + start * world, total, world):
-            yield int(order[position]), base + position
+            yield order[position], base + position
 
     def __len__(self) -> int:
         rank, world = _rank_and_world()

@@ -29,33 +29,70 @@ def checkpoint_dir(trainer: L.Trainer) -> Path | None:
 
 
 class NonFiniteGuard(Callback):
-    """Stop training at the first step whose loss or updated weights are NaN or infinite.
+    """Stop training when the loss or the weights become NaN or infinite, naming the first bad step.
 
-    It runs before the checkpoint callbacks of the same step (Lightning runs those last), so no
-    checkpoint holds the broken weights: the run stops with a message naming the step and the last
-    good checkpoint, which stays on disk.
+    Each step only records, on the device, the first step whose loss is not finite (a few tensor operations
+    and no read-back, so the step never waits for the device and stays capturable by CUDA graphs). The record
+    and the weights are read back every ``check_every_n_steps`` steps, before validation, at the end of each
+    training epoch and before any checkpoint is written: a checkpoint never holds broken weights, and the
+    run stops with a message naming the step and the checkpoints kept. Weights that turn non-finite make the
+    next step's loss non-finite, so the loss record finds the step they broke at.
+
+    Args:
+        check_weights: also check the weights (one pass over them) at each read-back.
+        check_every_n_steps: how often the record is read back while training (1: every step, as before;
+            each read waits for the device to finish the step).
     """
 
-    def __init__(self, check_weights: bool = True) -> None:
+    def __init__(self, check_weights: bool = True, check_every_n_steps: int = 50) -> None:
+        if check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
         self.check_weights = check_weights
+        self.check_every_n_steps = check_every_n_steps
+        self._first_bad: torch.Tensor | None = None  # global step of the first non-finite loss, -1: none
+        self._bad_loss: torch.Tensor | None = None  # that loss
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        problem = None
-        if loss is not None and not torch.isfinite(loss.detach()).all():
-            problem = f"the loss is {float(loss.detach()):g}"
-        elif self.check_weights:
-            sums = torch.stack([p.detach().sum() for p in pl_module.parameters()])
-            if not torch.isfinite(sums).all():
+        if loss is not None:
+            loss = loss.detach()
+            if self._first_bad is None or self._first_bad.device != loss.device:
+                self._first_bad = torch.full((), -1, dtype=torch.int64, device=loss.device)
+                self._bad_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
+            first = ~torch.isfinite(loss) & (self._first_bad < 0)
+            self._first_bad = torch.where(first, trainer.global_step, self._first_bad)
+            self._bad_loss = torch.where(first, loss, self._bad_loss)
+        if trainer.global_step % self.check_every_n_steps == 0:
+            self.check(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.check(trainer, pl_module)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.training or trainer.state.fn == "fit":
+            self.check(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self.check(trainer, pl_module)
+
+    def check(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Read the record back (waits for the device) and raise :class:`NonFiniteError` if it holds a step."""
+        problem, step = None, trainer.global_step
+        if self._first_bad is not None and int(self._first_bad) >= 0:
+            step, problem = int(self._first_bad), f"the loss is {float(self._bad_loss):g}"
+        elif self.check_weights and trainer.state.fn == "fit":
+            weights = [p.detach() for p in pl_module.parameters()]
+            if weights and not torch.isfinite(torch.stack(torch._foreach_norm(weights))).all():
                 problem = "the weights hold NaN or infinite values after the optimizer step"
         if problem is None:
             return
         folder = checkpoint_dir(trainer)
         kept = sorted(folder.glob("*.ckpt")) if folder and folder.is_dir() else []
+        noticed = "" if step == trainer.global_step else f"; noticed at step {trainer.global_step}"
         raise NonFiniteError(
-            f"training stopped at step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_idx}): "
+            f"training stopped at step {step} (epoch {trainer.current_epoch}{noticed}): "
             f"{problem}. The checkpoints written before it are kept: {[str(p) for p in kept] or 'none yet'}. "
             "Lower the learning rate, clip gradients (--trainer.gradient_clip_val 1.0) or prefer bf16 to fp16."
         )

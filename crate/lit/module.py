@@ -139,7 +139,8 @@ class ImageClassifier(RunRecord, TimmOptimization, L.LightningModule):
             )
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.mixed_criterion = SoftTargetCrossEntropy()
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        # no argument checks while training: they read the targets back from the device at every step
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
@@ -168,9 +169,11 @@ class ImageClassifier(RunRecord, TimmOptimization, L.LightningModule):
             logits = self(images)
             loss = self.criterion(logits, targets)
         self.train_acc(logits, targets)
-        self.log("train/loss", loss, prog_bar=True)
+        # Lightning reads progress-bar values back from the device after every step: only when a bar shows them
+        self.log("train/loss", loss, prog_bar=self.trainer.progress_bar_callback is not None)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
-        self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False)
+        if self.trainer._logger_connector.should_update_logs:  # a float logged per step is a copy to the device
+            self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False)
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -48,6 +48,7 @@ class ImageDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
+        self.drop_last = False  # an epoch's last, smaller training batch left out (set by DataModules that offer it)
         self.train_set: Dataset | None = None
         self.train_transform: Callable[[Any], Any] | None = None
         self.val_set: Dataset | None = None
@@ -118,6 +119,7 @@ class ImageDataModule(L.LightningDataModule):
             epoch_batches=self._epoch_batches,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            drop_last=self.drop_last,
             **({"collate_fn": collate} if collate is not None else {}),
         )
         if self._resume_state is not None:

@@ -37,6 +37,7 @@ class CIFARDataModule(StoredImageDataModule):
             validation and the test split here (torchvision's files have no separate validation split; the
             image-folder copy of CIFAR-10 with its fixed 5,000-image val split goes through
             :class:`StoredImageFolderDataModule`).
+        drop_last: leave out an epoch's last, smaller training batch (fixed shapes for compiled steps).
     """
 
     def __init__(
@@ -50,8 +51,9 @@ class CIFARDataModule(StoredImageDataModule):
         augmentation: BatchAugmentation = CIFAR_AUGMENTATION,
         seed: int = 0,
         predict_split: str = "val",
+        drop_last: bool = False,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split)
+        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last)
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
         self.root = Path(root)

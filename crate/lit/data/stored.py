@@ -44,9 +44,11 @@ class StoredImageDataModule(ImageDataModule):
         augmentation: BatchAugmentation,
         seed: int,
         predict_split: str,
+        drop_last: bool = False,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split)
         self.augmentation = augmentation
+        self.drop_last = drop_last
         self.mean: tuple[float, ...] = ()
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
@@ -100,6 +102,8 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         in_chans: 1, 3 or None (decided from a sample of the images, as ImageFolderDataModule does).
         store_dir: where the stores are written (a writable folder), ``root/.tensor_store`` by default.
         augmentation: the batched training augmentation (:class:`crate.data.BatchAugmentation`).
+        drop_last: leave out an epoch's last, smaller training batch, so every step has the same shape (what
+            CUDA graphs and compiled steps need; the left-out images come back in other epochs' orders).
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -115,8 +119,9 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         augmentation: BatchAugmentation = BatchAugmentation(),  # noqa: B008 - frozen, so one shared default is safe
         seed: int = 0,
         predict_split: str = "val",
+        drop_last: bool = False,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split)
+        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last)
         self.root = Path(root)
         self.layout = FolderLayout.read(self.root, in_chans)
         self.classes = self.layout.classes
