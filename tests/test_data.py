@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import cifar_arrays
 from PIL import Image
 
 from crate.data import ResumableDataLoader
 from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
 from crate.lit.data.augmentation import train_transform
 from crate.lit.data.folder import DataError
-from helpers import cifar_arrays
 
 
 def test_digits_split_is_deterministic_stratified_and_resized() -> None:

@@ -117,7 +117,7 @@ def test_non_finite_weights_stop_the_run_naming_the_step_and_keep_good_checkpoin
     proc = run_in_process("fit", "--config", DEFAULT, "--config", poison, *SHORT, "--log_root", str(tmp_path))
     assert proc.returncode != 0
     # poisoned before the 13th batch: its loss is nan, and the guard stops the run at step 13
-    assert "training stopped at step 13" in proc.stderr and "the loss is nan" in proc.stderr
+    assert "training stopped at step 13" in proc.stderr and "the loss is NaN or infinite" in proc.stderr
     kept = sorted(_run_dir(tmp_path).glob("latest-*.ckpt"))
     assert [p.name for p in kept] == ["latest-epoch000-step000010.ckpt"]
     assert all(torch.isfinite(v).all() for v in _weights(kept[0]).values() if v.is_floating_point())

@@ -21,8 +21,7 @@ def _fit(
 ) -> L.Trainer:
     torch.manual_seed(0)
     trainer = L.Trainer(
-        **trainer_args,
-        max_epochs=1,
+        **{"max_epochs": 1, **trainer_args},
         limit_train_batches=steps,
         limit_val_batches=1,
         logger=False,
@@ -182,3 +181,44 @@ def test_compiled_model_trains_and_checkpoints_with_plain_parameter_names(tmp_pa
         assert torch.allclose(loaded(images), module.model(images), atol=1e-5)  # compiled vs eager forward
     with pytest.raises(ValueError, match="compile_mode"):
         ImageClassifier("crate_nano_patch4_32", compile=True, compile_mode="fastest")
+
+
+def test_train_accuracy_is_each_epoch_s_accuracy_over_all_its_training_batches() -> None:
+    """train/acc (handed to Lightning once an epoch) is the share of correct argmax predictions over every
+    batch of its epoch, recomputed here from the logits the model gave and the labels of each batch."""
+
+    class RecordPredictions(Callback):
+        def __init__(self) -> None:
+            self.correct: dict[int, list[torch.Tensor]] = {}
+            self.logged: dict[int, float] = {}
+            self._logits: torch.Tensor | None = None
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            forward = type(pl_module.model).forward
+
+            def record(model, images):  # noqa: ANN001, ANN202
+                logits = forward(model, images)
+                self._logits = logits.detach()
+                return logits
+
+            pl_module.model.forward = record.__get__(pl_module.model)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            hits = self._logits.argmax(-1) == batch[1]
+            self.correct.setdefault(trainer.current_epoch, []).append(hits)
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            if trainer.current_epoch > 0:
+                self.logged[trainer.current_epoch - 1] = float(trainer.callback_metrics["train/acc"])
+
+        def on_fit_end(self, trainer, pl_module) -> None:
+            self.logged[trainer.current_epoch - 1] = float(trainer.callback_metrics["train/acc"])
+
+    recorder = RecordPredictions()
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=3e-3)
+    _fit(module, steps=5, callbacks=[recorder], max_epochs=2)
+    assert sorted(recorder.logged) == [0, 1]
+    for epoch, hits in recorder.correct.items():
+        assert len(hits) == 5
+        assert recorder.logged[epoch] == pytest.approx(torch.cat(hits).float().mean().item(), abs=1e-6)
+    assert recorder.logged[0] != recorder.logged[1]  # two epochs, each with its own value

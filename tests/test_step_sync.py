@@ -10,13 +10,13 @@ import traceback
 import lightning as L
 import pytest
 import torch
+from helpers import cifar_arrays
 from lightning.pytorch.callbacks import Callback
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from crate.data import BatchAugmentation
 from crate.lit import CIFARDataModule, CodingRateMonitor, ImageClassifier
 from crate.lit.fault_tolerance import NonFiniteError, NonFiniteGuard
-from helpers import cifar_arrays
 
 HOST_READS = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.unique", "aten._unique2"}
 
@@ -121,11 +121,15 @@ def test_the_compiled_step_equals_the_eager_step(monkeypatch: pytest.MonkeyPatch
         module = ImageClassifier(
             "crate_nano_patch4_32", num_classes=10, img_size=32, compile=compile, compile_mode=mode, ema_decay=0.9
         )
-        losses: list[float] = []
 
         class _Losses(Callback):
+            def __init__(self) -> None:
+                self.values: list[float] = []
+
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-                losses.append(float(outputs["loss"]))
+                self.values.append(float(outputs["loss"]))
+
+        recorder = _Losses()
 
         trainer = L.Trainer(
             max_steps=3,
@@ -134,10 +138,10 @@ def test_the_compiled_step_equals_the_eager_step(monkeypatch: pytest.MonkeyPatch
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            callbacks=[_Losses()],
+            callbacks=[recorder],
         )
         trainer.fit(module, _data(monkeypatch))
-        results.append((losses, {k: v.detach().clone() for k, v in module.state_dict().items()}))
+        results.append((recorder.values, {k: v.detach().clone() for k, v in module.state_dict().items()}))
     (eager_losses, eager), (compiled_losses, compiled) = results
     assert len(eager_losses) == 3
     torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-4, atol=1e-5)

@@ -258,10 +258,12 @@ def _histogram_parts(batch: int, channels: int, pixels: int, device: torch.devic
 
 @functools.lru_cache(maxsize=8)
 def _sharpness_parts(channels: int, height: int, width: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """torchvision's smoothing kernel (1s around a 5, over 13) per channel and the mask of inner pixels (its
-    sharpness leaves the border as it is)."""
+    """torchvision's smoothing kernel (1s around a 5, over 13) for each channel, as a dense C -> C kernel
+    that is zero across channels (a CPU runs it several times faster than the grouped convolution, and the
+    rounded result is the same), and the mask of inner pixels (torchvision's sharpness keeps the border)."""
     a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], device=device).expand(channels, 1, 3, 3)
+    kernel = torch.zeros(channels, channels, 3, 3, device=device)
+    kernel[range(channels), range(channels)] = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], device=device)
     inner = torch.zeros(1, 1, height, width, device=device)
     inner[..., 1:-1, 1:-1] = 1.0
     return kernel, inner
@@ -367,7 +369,7 @@ class BatchAugmentation:
         if height > 2 and width > 2:
             kernel, inner = _sharpness_parts(channels, height, width, images.device)
             floats = images.float()
-            blurred = torch.nn.functional.conv2d(floats, kernel, padding=1, groups=channels).round_()
+            blurred = torch.nn.functional.conv2d(floats, kernel, padding=1).round_()
             other = torch.where(kind == _SHARPNESS, (blurred - floats) * inner, other)
         blended = (images.mul(params[:, 0:1].float()).double() + other.double() * params[:, 1:2]).float()
         # autocontrast: each channel stretched to 0-255 (torchvision's arithmetic); the identity elsewhere

@@ -3,6 +3,7 @@ checkpoint written when the run is interrupted (Ctrl-C or SIGTERM), which ``--ck
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -49,21 +50,19 @@ class NonFiniteGuard(Callback):
             raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
         self.check_weights = check_weights
         self.check_every_n_steps = check_every_n_steps
-        self._first_bad: torch.Tensor | None = None  # global step of the first non-finite loss, -1: none
-        self._bad_loss: torch.Tensor | None = None  # that loss
+        self._first_bad: torch.Tensor | None = None  # global step of the first non-finite loss, inf: none
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
-            loss = loss.detach()
             if self._first_bad is None or self._first_bad.device != loss.device:
-                self._first_bad = torch.full((), -1, dtype=torch.int64, device=loss.device)
-                self._bad_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
-            first = ~torch.isfinite(loss) & (self._first_bad < 0)
-            self._first_bad = torch.where(first, trainer.global_step, self._first_bad)
-            self._bad_loss = torch.where(first, loss, self._bad_loss)
+                self._first_bad = torch.full((), math.inf, dtype=torch.float64, device=loss.device)
+            finite = loss.detach() * 0 == 0  # x * 0 is NaN exactly when x is NaN or infinite
+            # this step where the loss is not finite (0 * inf is NaN), infinity where it is: a running minimum
+            step_if_bad = (finite * math.inf).nan_to_num(nan=trainer.global_step, posinf=math.inf)
+            self._first_bad = torch.minimum(self._first_bad, step_if_bad)
         if trainer.global_step % self.check_every_n_steps == 0:
             self.check(trainer, pl_module)
 
@@ -80,8 +79,9 @@ class NonFiniteGuard(Callback):
     def check(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Read the record back (waits for the device) and raise :class:`NonFiniteError` if it holds a step."""
         problem, step = None, trainer.global_step
-        if self._first_bad is not None and int(self._first_bad) >= 0:
-            step, problem = int(self._first_bad), f"the loss is {float(self._bad_loss):g}"
+        first_bad = float(self._first_bad) if self._first_bad is not None else math.inf
+        if first_bad < math.inf:
+            step, problem = int(first_bad), "the loss is NaN or infinite"
         elif self.check_weights and trainer.state.fn == "fit":
             weights = [p.detach() for p in pl_module.parameters()]
             if weights and not torch.isfinite(torch.stack(torch._foreach_norm(weights))).all():

@@ -21,11 +21,12 @@ from crate.interpret.plots import reconstruction_figure
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
+from .step_logging import StepLogging
 
 __all__ = ["MaskedAutoencoder"]
 
 
-class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
+class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningModule):
     """Masked-autoencoder pretraining of ``model_name`` (``crate_mae_*``).
 
     Args:
@@ -96,8 +97,7 @@ class MaskedAutoencoder(RunRecord, TimmOptimization, L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> torch.Tensor:
         loss = self.model.forward_mae(batch[0])[0]
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False)
+        self.log_training_step(loss, len(batch[0]))
         return loss
 
     def _noise(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:

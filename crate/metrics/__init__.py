@@ -8,6 +8,7 @@ from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
 from .controls import COMPRESSION_CONTROLS, compression_controls
 from .layerwise import MONITORED, QUANTITIES, LayerwiseRates, layerwise_values, series
+from .top1_accuracy import Top1Accuracy
 from .trace import trace_model, transformer_blocks
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "CompressionRate",
     "LayerwiseRates",
     "SparseRateReduction",
+    "Top1Accuracy",
     "compression_controls",
     "Sparsity",
     "functional",
