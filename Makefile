@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
 .PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling \
-	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy report-cifar10
+	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy report-cifar10 step-overhead gpu-carry
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -141,3 +141,19 @@ TIME_TO_ACCURACY_ARGS ?=
 time-to-accuracy: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) benchmarks/time_to_accuracy.py $(TIME_TO_ACCURACY_ARGS)
+
+# aten operations per training step by part, and the train.py loop's own time per step against a bare loop
+# (benchmarks/results/step_overhead.json; a few minutes).
+step-overhead: $(STAMP)
+	$(PY) benchmarks/step_overhead.py
+
+# What benchmarks/gpu_suite.sh needs on a GPU machine whose Python has torch, lightning, timm and torchmetrics
+# but not the CLI's parsers (both folders git-ignored, carried to the machine): the wheels of jsonargparse,
+# docstring_parser, typeshed_client and the lock's timm in .whl/ (downloaded once, for Python 3.12), the
+# CIFAR-10 archive in .gpu/.
+GPU_WHEELS := jsonargparse docstring_parser typeshed_client timm
+gpu-carry: $(STAMP)
+	mkdir -p .whl .gpu
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 -d .whl $$(for p in $(GPU_WHEELS); do grep -i "^$$p==" $(LOCK); done)
+	cp "$(CIFAR10_TAR)" .gpu/

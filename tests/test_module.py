@@ -222,3 +222,17 @@ def test_train_accuracy_is_each_epoch_s_accuracy_over_all_its_training_batches()
         assert len(hits) == 5
         assert recorder.logged[epoch] == pytest.approx(torch.cat(hits).float().mean().item(), abs=1e-6)
     assert recorder.logged[0] != recorder.logged[1]  # two epochs, each with its own value
+
+
+@pytest.mark.parametrize(("scale", "factor"), [("sqrt", 2.0), ("linear", 4.0)])
+def test_lr_base_size_scales_the_peak_learning_rate_to_the_run_s_batch(scale: str, factor: float) -> None:
+    """lr 1e-3 given at batch 2, run at batch 8: 2e-3 by the square root, 4e-3 linearly (no warmup)."""
+    module = ImageClassifier(
+        "crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, lr_base_size=2, lr_base_scale=scale
+    )
+    module.hparams.warmup_epochs = 0.0
+    recorder = _RecordLR()
+    _fit(module, steps=1, callbacks=[recorder])
+    assert recorder.lrs == pytest.approx([1e-3 * factor])
+    with pytest.raises(ValueError, match="lr_base_scale"):
+        ImageClassifier("crate_nano_patch4_32", lr_base_size=128, lr_base_scale="cubic")

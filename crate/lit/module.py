@@ -44,6 +44,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         model_kwargs: further keyword arguments of the model constructor (e.g. ``drop_rate``).
         optimizer: a timm optimizer name (``timm.optim.list_optimizers()``): ``adamw``, ``lion``, ...
         lr: peak learning rate after warmup; min_lr_ratio: final learning rate as a fraction of it.
+        lr_base_size: when set, ``lr`` is the peak at this global batch size, scaled to the run's (e.g. 128:
+            a recipe tuned at batch 128 on a CPU, run at batch 512 on a GPU); None: ``lr`` as given.
+        lr_base_scale: how ``lr`` follows the batch size: ``sqrt`` (Adam-like optimizers) or ``linear``.
         weight_decay: decoupled weight decay on weight matrices (norms, biases, embeddings skipped).
         betas: the betas of Adam-like optimizers and Lion.
         layer_decay: layer-wise learning-rate decay (e.g. 0.75 for fine-tuning), None for none.
@@ -81,6 +84,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         model_kwargs: dict[str, Any] | None = None,
         optimizer: str = "adamw",
         lr: float = 1e-3,
+        lr_base_size: int | None = None,
+        lr_base_scale: str = "sqrt",
         min_lr_ratio: float = 0.01,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
@@ -102,6 +107,10 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         self.save_hyperparameters()
         if optimizer.lower() not in list_optimizers():
             raise ValueError(f"unknown optimizer {optimizer!r}; choose one of timm.optim.list_optimizers()")
+        if lr_base_size is not None and lr_base_size < 1:
+            raise ValueError(f"lr_base_size must be a batch size >= 1 or None, got {lr_base_size}")
+        if lr_base_scale not in ("sqrt", "linear"):
+            raise ValueError(f"lr_base_scale must be 'sqrt' or 'linear', got {lr_base_scale!r}")
         if ema_decay is not None and not 0.0 < ema_decay < 1.0:
             raise ValueError(f"ema_decay must lie in (0, 1), got {ema_decay}")
         if not 0.0 <= drop_path_rate < 1.0:

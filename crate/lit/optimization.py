@@ -4,13 +4,17 @@
 skipping norms, biases and the model's ``no_weight_decay()``; optional layer-wise learning-rate decay)
 and timm's ``CosineLRScheduler`` stepped per optimizer update: linear warmup, then cosine decay to
 ``min_lr_ratio * lr``. Adam and AdamW take torch's fused kernel where the parameters allow it
-(:func:`fused_kwargs`).
+(:func:`fused_kwargs`). With ``lr_base_size`` set, ``lr`` is the learning rate at that global batch size and
+is scaled to the run's (timm's ``--lr-base-size`` / ``--lr-base-scale``): a recipe tuned at batch 128 on a
+CPU keeps its meaning at batch 512 on a GPU.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_info
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 
@@ -36,12 +40,31 @@ class TimmOptimization:
     ``optimizer``, ``lr``, ``min_lr_ratio``, ``weight_decay``, ``betas``, ``layer_decay``, ``warmup_epochs``.
     Parameters that do not require gradients (frozen ones) are left out of the optimizer."""
 
+    def scaled_lr(self) -> float:
+        """The peak learning rate of this run: ``lr``, or with ``lr_base_size``, ``lr`` scaled from that global
+        batch size to this run's (batch size x processes x accumulated batches), linearly or by the square
+        root (``lr_base_scale``)."""
+        hp = self.hparams
+        base = hp.get("lr_base_size")
+        if not base:
+            return hp.lr
+        trainer = self.trainer
+        batch_size = getattr(trainer.datamodule, "batch_size", None)
+        if batch_size is None:
+            raise ValueError("lr_base_size scales the learning rate by the batch size: train with a DataModule")
+        batch = batch_size * trainer.world_size * trainer.accumulate_grad_batches
+        ratio = batch / base
+        lr = hp.lr * (ratio if hp.get("lr_base_scale", "sqrt") == "linear" else math.sqrt(ratio))
+        rank_zero_info(f"learning rate {hp.lr:g} at batch {base} is {lr:g} at this run's batch {batch}")
+        return lr
+
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
+        lr = self.scaled_lr()
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
         extra.update(fused_kwargs(hp.optimizer, (p for p in self.model.parameters() if p.requires_grad)))
         optimizer = create_optimizer_v2(
-            self.model, opt=hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
+            self.model, opt=hp.optimizer, lr=lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
@@ -49,9 +72,9 @@ class TimmOptimization:
         scheduler = CosineLRScheduler(
             optimizer,
             t_initial=max(1, total_steps - warmup_steps),
-            lr_min=hp.lr * hp.min_lr_ratio,
+            lr_min=lr * hp.min_lr_ratio,
             warmup_t=warmup_steps,
-            warmup_lr_init=hp.lr / max(1, warmup_steps),
+            warmup_lr_init=lr / max(1, warmup_steps),
             warmup_prefix=True,
             t_in_epochs=False,
         )

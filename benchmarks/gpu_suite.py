@@ -1,0 +1,221 @@
+"""Everything a GPU window should run for the zoo, in one process tree and under one time budget; started by
+``benchmarks/gpu_suite.sh`` (which sets up the Python path and the data first).
+
+1. The environment (device, driver, versions), and the data's tensor stores built (decoded once, before
+   anything is timed).
+2. crate_micro's GPU recipe (``configs/cifar10.yaml`` + the member's file + ``configs/cifar10/gpu.yaml``)
+   through ``train.py`` to its end, or to the time left for it (``--trainer.max_time``): each epoch's time
+   and val accuracy from the run's ``metrics.csv``; ``epoch_s`` is the median epoch (validation included)
+   after the first two (compilation).
+3. The export of the run's final weights (``crate.export``, float16, with its card and val accuracy, beside
+   the shipped file's), and the run's ``last.ckpt``.
+4. The bare compiled training step of crate_micro_patch4_32 on a batch already on the device (batch 512,
+   bf16 autocast, fused AdamW, ``torch.compile`` with the GPU recipe's mode): ``bare_step_ms``, and
+   ``loop_vs_bare_gpu``, the bare step's share of an epoch (steps an epoch x ``bare_step_ms`` / ``epoch_s``).
+5. ``gpu_<device>.json`` with all of it, the commands included (written after each step, so a suite cut
+   short still reports what it did).
+
+``--dry-run`` runs the same steps on the CPU with tiny limits (a few steps, batch 8, no compilation) on
+the image folder given as ``--data``, so that the suite is tested where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "crate_micro_patch4_32"
+RECIPE = ["configs/cifar10.yaml", f"configs/cifar10/{MODEL}.yaml", "configs/cifar10/gpu.yaml"]
+
+
+def environment() -> dict[str, Any]:
+    import lightning
+    import timm
+    import torchmetrics
+
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "lightning": lightning.__version__,
+        "timm": timm.__version__,
+        "torchmetrics": torchmetrics.__version__,
+        "cpu_count": __import__("os").cpu_count(),
+    }
+    if torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
+        report.update(device=properties.name, multiprocessors=properties.multi_processor_count)
+        report["memory_gib"] = round(properties.total_memory / 2**30, 1)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True)
+        report["driver"] = smi.stdout.decode().strip()
+    else:
+        report["device"] = f"cpu ({platform.processor() or platform.machine()})"
+    return report
+
+
+def bare_step_ms(batch: int, steps: int, compile_mode: str | None, device: torch.device) -> float:
+    """Median ms of a training step of the recipe's model on one resident batch."""
+    import timm
+
+    import crate  # noqa: F401
+
+    torch.manual_seed(0)
+    model = timm.create_model(MODEL, num_classes=10).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=True)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    forward = torch.compile(model, mode=compile_mode) if compile_mode else model
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
+            loss = criterion(forward(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(5):  # compilation and CUDA-graph recording
+        step()
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
+def _run(command: list[str], log: Path, timeout: float) -> int:
+    """Run a command with its output in ``log``; its exit status (124 when it outlasted ``timeout``)."""
+    print("$", shlex.join(command), flush=True)
+    with log.open("w") as out:
+        try:
+            return subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def _epochs(metrics_csv: Path) -> list[dict[str, float]]:
+    """Per epoch: its time (time/epoch_s) and val accuracy, from the run's CSV log."""
+    by_epoch: dict[int, dict[str, float]] = {}
+    with metrics_csv.open() as handle:
+        for row in csv.DictReader(handle):
+            if not row.get("epoch"):
+                continue
+            entry = by_epoch.setdefault(int(float(row["epoch"])), {})
+            for key, name in (("time/epoch_s", "epoch_s"), ("val/acc", "val_acc"), ("train/acc", "train_acc")):
+                if row.get(key):
+                    entry[name] = float(row[key])
+    return [dict(epoch=epoch, **values) for epoch, values in sorted(by_epoch.items())]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(REPO / "benchmarks/results"), help="folder for the JSON and export")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="wall seconds for the whole suite")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny limits, on --data")
+    parser.add_argument("--data", default="data/cifar10", help="the CIFAR-10 image folder (train/, val/)")
+    options = parser.parse_args()
+    start = time.perf_counter()
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="crate_gpu_suite_"))  # logs and checkpoints, outside what comes back
+    dry = options.dry_run
+    if not dry and not torch.cuda.is_available():
+        sys.exit("gpu_suite: no CUDA device here; run it on a GPU machine, or with --dry-run on a CPU")
+    device = torch.device("cpu" if dry else "cuda")
+    result: dict[str, Any] = {"dry_run": dry, "environment": environment(), "model": MODEL}
+    print(json.dumps(result["environment"]), flush=True)
+
+    name = "dry_run_cpu" if dry else re.sub(r"[^a-z0-9]+", "_", result["environment"]["device"].lower()).strip("_")
+    report = out / f"gpu_{name}.json"
+
+    def write() -> None:
+        result["wall_s"] = round(time.perf_counter() - start, 1)
+        report.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    from crate.lit import StoredImageFolderDataModule
+
+    StoredImageFolderDataModule(options.data).stores()  # decoded into tensor stores once, here
+    result["data_ready_s"] = round(time.perf_counter() - start, 1)
+    write()
+
+    log_root = work / "logs"
+    train = [sys.executable, "train.py", "fit"] + [a for config in RECIPE for a in ("--config", config)]
+    train += ["--log_root", str(log_root), "--data.init_args.root", options.data]
+    if dry:
+        train += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--model.compile", "false"]
+        train += ["--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]
+        train += ["--data.init_args.batch_size", "8"]
+    reserve = 20.0 if dry else 150.0  # the export, the bare step (its compilation) and the report
+    left = options.budget_s - (time.perf_counter() - start) - reserve
+    seconds = max(int(left) - 30, 30)  # max_time stops at an epoch's end; the process also starts and saves
+    train += ["--trainer.max_time", f"00:00:{seconds // 60:02d}:{seconds % 60:02d}"]
+    fit_start = time.perf_counter()
+    status = _run(train, out / "train.log", timeout=left)
+    wall = round(time.perf_counter() - fit_start, 1)
+    result["train"] = {"command": shlex.join(train[1:]), "exit_status": status, "wall_s": wall}
+    runs = sorted(log_root.glob("*/version_*"), key=lambda p: p.stat().st_mtime)
+    if status != 0 or not runs:
+        result["train"]["log_tail"] = (out / "train.log").read_text()[-3000:]
+    if runs:
+        run = runs[-1]
+        epochs = _epochs(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
+        result["epochs"] = epochs
+        timed = [e["epoch_s"] for e in epochs[2:] if "epoch_s" in e] or [e["epoch_s"] for e in epochs if "epoch_s" in e]
+        if timed:
+            result["epoch_s"] = round(sorted(timed)[len(timed) // 2], 3)
+        accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
+        if accuracies:
+            result.update(val_acc_last=accuracies[-1], val_acc_best=max(accuracies), epochs_run=len(accuracies))
+        write()
+        last = run / "checkpoints" / "last.ckpt"
+        if last.exists():
+            shutil.copyfile(last, out / f"{MODEL}.cifar10_gpu.ckpt")
+            exported = out / f"{MODEL}.cifar10_gpu.safetensors"
+            export = [sys.executable, "-m", "crate.export", str(last), "--out", str(exported), "--dtype", "float16"]
+            export += ["--train-command", shlex.join(["python", *train[1:]])]
+            export_status = _run(export, work / "export.log", timeout=120)
+            result["export"] = {"command": shlex.join(export[1:]), "exit_status": export_status, "file": str(exported)}
+            card = exported.with_suffix(".json")
+            if card.is_file():
+                held = json.loads(card.read_text())
+                result["export"].update(val_acc=held.get("val_accuracy"), val_images=held.get("val_images"))
+                shipped = REPO / "checkpoints" / f"{MODEL}.cifar10.json"
+                if shipped.is_file():
+                    result["export"]["shipped_val_acc"] = json.loads(shipped.read_text()).get("val_accuracy")
+            write()
+
+    batch = 8 if dry else 512
+    mode = None if dry else "reduce-overhead"
+    result["bare_step_ms"] = round(bare_step_ms(batch, 3 if dry else 50, mode, device), 3)
+    result["bare_step"] = {"batch_size": batch, "compile_mode": mode, "fused_adamw": True, "precision": "bf16"}
+    print(f"bare compiled step: {result['bare_step_ms']:.2f} ms at batch {batch}", flush=True)
+    if "epoch_s" in result:
+        steps = 3 if dry else 45_000 // batch
+        result["steps_per_epoch"] = steps
+        result["loop_vs_bare_gpu"] = round(steps * result["bare_step_ms"] / 1000 / result["epoch_s"], 3)
+    write()
+    print(f"wrote {report} ({result['wall_s']} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The GPU suite's dry run: the same steps as on a GPU (data stores, the GPU recipe through train.py, the
+export, the bare step, the report) on the CPU with tiny limits, from the shell script a GPU machine runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_gpu_suite_s_dry_run_reports_every_step(tmp_path: Path) -> None:
+    env = dict(os.environ, OUT_DRY=str(tmp_path))
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--dry-run"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu_dry_run_cpu.json").read_text())
+    assert report["dry_run"] is True and report["model"] == "crate_micro_patch4_32"
+    assert report["train"]["exit_status"] == 0
+    assert "--config configs/cifar10/gpu.yaml" in report["train"]["command"]
+    assert [e["epoch"] for e in report["epochs"]] == [0, 1, 2] and report["epochs_run"] == 3
+    assert 0 < report["epoch_s"] and 0 < report["bare_step_ms"] and 0 < report["loop_vs_bare_gpu"]
+    assert report["loop_vs_bare_gpu"] == pytest.approx(
+        report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["epoch_s"], abs=1e-3
+    )
+    export = report["export"]
+    assert export["exit_status"] == 0 and Path(export["file"]).is_file()
+    assert export["val_images"] == 16 and 0 <= export["val_acc"] <= 1  # the stand-in folder's 16 val images
+    assert (
+        export["shipped_val_acc"]
+        == json.loads((REPO / "checkpoints/crate_micro_patch4_32.cifar10.json").read_text())["val_accuracy"]
+    )
+    assert (tmp_path / "crate_micro_patch4_32.cifar10_gpu.ckpt").is_file() and (tmp_path / "train.log").is_file()
+
+
+def test_the_gpu_suite_refuses_to_run_its_real_steps_without_a_gpu(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--out", str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, CIFAR10_TAR=str(tmp_path / "none.tar.gz")), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "no CIFAR-10 archive" in proc.stderr or "no CUDA device" in proc.stderr
