@@ -218,7 +218,8 @@ def test_zoo_configs_layer_over_the_default_job_and_build_their_model(config: Pa
 
 
 CIFAR10 = REPO / "configs" / "cifar10.yaml"
-CIFAR10_RECIPES = sorted((REPO / "configs" / "cifar10").glob("*.yaml"))
+GPU_LAYER = REPO / "configs" / "cifar10" / "gpu.yaml"  # a layer over a recipe, not a recipe
+CIFAR10_RECIPES = sorted(p for p in (REPO / "configs" / "cifar10").glob("*.yaml") if p != GPU_LAYER)
 
 
 @pytest.mark.parametrize("config", CIFAR10_RECIPES, ids=lambda p: p.stem)
@@ -242,3 +243,26 @@ def test_cifar10_recipes_build_their_model_on_the_store_path(config: Path, tmp_p
     assert batch[0].dtype == torch.float32 and batch[0].shape[1:] == (3, 32, 32)
     if not pretraining:
         assert cli.model(batch[0][:2]).shape == (2, 10)
+
+
+@pytest.mark.parametrize("member", ["crate_micro_patch4_32", "crate_nano_patch4_32", "vit_nano_patch4_32"])
+def test_the_gpu_layer_turns_a_cifar10_recipe_into_the_one_gpu_recipe(member: str, tmp_path: Path) -> None:
+    """configs/cifar10/gpu.yaml over a member's recipe: batch 512 with fixed shapes, the compiled step under
+    CUDA graphs, the member's learning rate read at batch 128 (scaled by sqrt(4) = 2 when it trains), the
+    member's other settings kept (here on the CPU: the GPU accelerator overridden)."""
+    from test_tensor_store import write_folder
+
+    from crate.lit import cli_main
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    recipe = REPO / "configs" / "cifar10" / f"{member}.yaml"
+    layers = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
+    args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
+    cli = cli_main([*args, "--trainer.accelerator", "cpu"], run=False)
+    alone = cli_main(["--config", str(CIFAR10), "--config", str(recipe), *args[6:]], run=False)
+    assert cli.datamodule.batch_size == 512 and cli.datamodule.drop_last
+    assert cli.model.hparams.compile and cli.model.hparams.compile_mode == "reduce-overhead"
+    assert cli.model.hparams.lr_base_size == 128 and cli.model.hparams.lr_base_scale == "sqrt"
+    assert cli.model.hparams.lr == alone.model.hparams.lr  # the member's own, read at batch 128
+    assert cli.model.hparams.ema_decay == alone.model.hparams.ema_decay
+    assert cli.trainer.max_epochs == 200 and cli.datamodule.augmentation == alone.datamodule.augmentation

@@ -161,11 +161,23 @@ def test_missing_checkpoint_and_missing_dataset_get_clear_errors(tmp_path: Path)
     assert proc.returncode != 0 and "cifar-10-batches-py" in proc.stderr
 
 
-@pytest.mark.parametrize("drop_last", [False, True], ids=["all-batches", "drop-last"])
-def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(tmp_path: Path, drop_last: bool) -> None:
+@pytest.mark.parametrize(
+    ("drop_last", "extra"),
+    [
+        (False, []),
+        (True, []),
+        (True, ["--model.compile", "true", "--model.compile_mode", "reduce-overhead", "--model.ema_decay", "0.9"]),
+    ],
+    ids=["all-batches", "drop-last", "gpu-recipe-settings-compiled-with-ema"],
+)
+def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(
+    tmp_path: Path, drop_last: bool, extra: list[str]
+) -> None:
     """The CIFAR recipe's path: stores of a folder, batches augmented on the device by per-image seeds
     (the policy included); interrupted mid-epoch and resumed, the weights end equal to an uninterrupted run.
-    With ``drop_last`` (the GPU recipe's fixed shapes), 44 images make 5 batches of 8 and 4 left out."""
+    With ``drop_last`` (the GPU recipe's fixed shapes), 44 images make 5 batches of 8 and 4 left out; with the
+    GPU recipe's compiled step (``reduce-overhead``, which a CPU runs without CUDA graphs) and a moving
+    average, the averaged weights too."""
     from test_tensor_store import write_folder
 
     write_folder(tmp_path / "folder", size=32, classes=2, per_class=22 if drop_last else 20, suffix=".png")
@@ -174,7 +186,7 @@ def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(tmp_pa
         "--data.batch_size", "8", "--model.model_name", "crate_nano_patch4_32", "--trainer.max_epochs", "2",
         "--trainer.deterministic", "true", "--latest_checkpoint.every_n_train_steps", "3",
         "--rate_monitor.every_n_steps", "4", "--data.augmentation.re_prob", "0.5",
-        "--data.drop_last", str(drop_last).lower(),
+        "--data.drop_last", str(drop_last).lower(), *extra,
     ]  # fmt: skip
     whole = tmp_path / "whole"
     _ok(run_train("fit", *recipe, "--log_root", str(whole)))
