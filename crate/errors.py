@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["innermost_refusal"]
+__all__ = ["innermost_refusal", "one_line"]
 
 
 def innermost_refusal(
@@ -23,3 +23,15 @@ def innermost_refusal(
     while not isinstance(chain[-1], final) and (inner := chain[-1].__cause__ or chain[-1].__context__) is not None:
         chain.append(inner)
     return next((e for e in reversed(chain) if isinstance(e, kinds)), err)
+
+
+def one_line(err: BaseException) -> str:
+    """The message of an error as one line. An error raised in a DataLoader worker reaches the main process
+    as the same class with the worker's whole traceback as its message ("Caught DataError in DataLoader
+    worker process 0. Original Traceback ..."): its last line holds the original message, which is kept."""
+    message = str(err).strip()
+    if "Original Traceback" in message:
+        last = message.splitlines()[-1]
+        prefix = f"{type(err).__module__}.{type(err).__qualname__}: "
+        message = last[len(prefix) :] if last.startswith(prefix) else last.partition(": ")[2] or last
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())

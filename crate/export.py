@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import save_file
 from timm.models import get_pretrained_cfg
 
+from crate.errors import one_line
 from crate.interpret.loading import describe_data, held_out_accuracy, held_out_set
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
@@ -240,7 +241,13 @@ def export_checkpoint(
             load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
         held_out = None
         if checkpoint.data_config is not None and measure:
-            held_out = held_out_set(checkpoint.data_config, model, data_overrides)
+            try:
+                held_out = held_out_set(checkpoint.data_config, model, data_overrides)
+            except (FileNotFoundError, DataError, ValueError) as err:
+                raise DataError(
+                    f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "
+                    "--data-root DIR where it lies now, or --no-accuracy)"
+                ) from err
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)
@@ -337,12 +344,7 @@ def main(argv: list[str] | None = None) -> None:
             args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy, args.hub_dir
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, DataError, ValueError) as err:
-        hint = (
-            ""
-            if isinstance(err, (CheckpointError, FileExistsError))
-            else " (the run's data must be readable: --data-root DIR where it lies now, or --no-accuracy)"
-        )
-        parser.exit(2, f"crate-export: error: {err}{hint}\n")
+        parser.exit(2, f"crate-export: error: {one_line(err)}\n")
     accuracy = card["val_accuracy"]
     print(
         f"wrote {' and '.join(p for p in (args.out, args.hub_dir) if p)} ({card['parameters']:,} parameters"

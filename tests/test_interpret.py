@@ -368,3 +368,26 @@ def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Pat
     text = (tmp_path / "report.md").read_text()
     assert "n/a (no attention maps)" in text
     assert not list(tmp_path.glob("attention_*_0_tost.png")) and list(tmp_path.glob("attention_*_1_vit_sh.png"))
+
+
+@pytest.mark.parametrize(
+    ("model", "expected", "absent"),
+    [
+        ("crate_nano_patch4_32.cifar1O", "its tags (crate_nano_patch4_32.cifar10, crate_nano_patch4_32.digits)", ""),
+        ("crate_nano_patch4_23", "Close matches: crate_nano_patch4_32", "crate_nano_patch4_23.digits"),
+        ("crate_nano_patch4_32_bn", "has no pretrained weights: give a checkpoint file", ".digits"),
+    ],
+    ids=["mistyped-tag", "mistyped-model", "no-weights"],
+)
+def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
+    model: str, expected: str, absent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crate.interpret.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--model", model, "--out", str(tmp_path / "report")])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("crate-interpret: error: ") and len(error.splitlines()) == 1
+    assert expected in error and (not absent or absent not in error)
+    assert not (tmp_path / "report").exists()

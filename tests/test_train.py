@@ -133,3 +133,53 @@ def test_missing_image_folder_root_on_the_command_line(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "lacks" in proc.stderr and "--data.root" in proc.stderr
+
+
+def _one_line_error(proc, tmp_path: Path) -> str:
+    """The error's line: status 2, the last line of stderr starts with ``train.py: error:``, no run left."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: error: "), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("version_*")), "a failed run left its folder"
+    return last
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trainer.max_epoch", "2"], "unrecognized arguments: --trainer.max_epoch"),  # no prefix matching
+        (["--model.lr_base_scale", "cubic"], "lr_base_scale must be 'sqrt' or 'linear'"),
+    ],
+    ids=["abbreviated-key", "bad-lr-scale"],
+)
+def test_mistakes_in_settings_are_one_line_with_status_2(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = run_in_process("fit", "--config", DEFAULT, "--log_root", str(tmp_path), *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not list(tmp_path.rglob("version_*"))
+
+
+def test_a_gpu_asked_for_on_a_machine_without_one_is_one_line(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = run_in_process("fit", "--config", DEFAULT, "--trainer.accelerator", "gpu", "--log_root", str(tmp_path))
+    assert "no GPU that PyTorch can use" in _one_line_error(proc, tmp_path)
+
+
+@pytest.mark.slow
+def test_an_unreadable_image_met_by_a_loader_worker_is_one_line(tmp_path: Path) -> None:
+    """A worker process's error reaches the CLI as its own message, not the worker's traceback."""
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "folder", size=16, classes=2, per_class=6, suffix=".png")
+    broken = sorted((tmp_path / "folder" / "train").rglob("*.png"))[3]
+    broken.write_bytes(b"not an image")
+    proc = run_train(
+        "fit", "--config", str(REPO / "configs" / "crate_nano_imagefolder.yaml"), "--data.root",
+        str(tmp_path / "folder"), "--data.num_workers", "1", "--trainer.max_epochs", "1",
+        "--log_root", str(tmp_path / "logs"),
+    )  # fmt: skip
+    line = _one_line_error(proc, tmp_path / "logs")
+    assert f"cannot read image {broken}" in line and "replace or remove the file" in line

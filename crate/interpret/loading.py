@@ -21,7 +21,7 @@ import crate.models  # noqa: F401  (registers the zoo)
 from crate.data.sampling import sample_order
 from crate.errors import innermost_refusal
 from crate.layers import patch_embed_in_chans
-from crate.models import CheckpointError, read_checkpoint
+from crate.models import CheckpointError, check_model_name, read_checkpoint
 
 from .controls import remember_build
 from .segmentation import load_mask_folder, stroke_pixels
@@ -63,9 +63,8 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
     run (classes, channels, image size, ``model_kwargs`` such as ``decoder_depth``). Without a file,
     ``name`` must be a pretrained tag such as ``crate_nano_patch4_32.digits``.
     """
+    check_model_name(name, pretrained=checkpoint is None)
     if checkpoint is None:
-        if not timm.is_model_pretrained(name) and "." not in name:
-            raise ValueError(f"give --checkpoint for {name}, or a pretrained tag such as {name}.digits")
         model = timm.create_model(name, pretrained=True).eval()
         remember_build(model, name, {})
         cfg = model.pretrained_cfg.get("file")

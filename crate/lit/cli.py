@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from crate.errors import innermost_refusal
+from crate.errors import innermost_refusal, one_line
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .cpu_precision import warn_if_slow_bf16
@@ -30,6 +31,7 @@ from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
 from .run_record import PROGRAMS, module_kind
+from .run_summary import RunSummary
 from .wall_clock import WallClock
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
@@ -140,6 +142,7 @@ class CrateCLI(LightningCLI):
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
+    progress_bar = False  # whether the run shows a progress bar (an error then starts on a line of its own)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_name", type=str, default="run", help="Name of the run's log folder.")
@@ -175,6 +178,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
         parser.add_lightning_class_args(WallClock, "wall_clock")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
+        parser.add_lightning_class_args(RunSummary, "run_summary")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
 
@@ -232,8 +236,16 @@ class CrateCLI(LightningCLI):
                 )
             kwargs["logger"] = run_loggers(log_root, run_name, version)
             CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as err:
+            accelerator = str(trainer_config.get("accelerator", "auto"))
+            hint = ""
+            if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+                hint = " This machine has no GPU that PyTorch can use: train with --trainer.accelerator cpu (or auto)."
+            raise ConfigError(f"the trainer settings cannot run here ({str(err).rstrip('.!')}).{hint}") from err
         warn_if_slow_bf16(trainer)
+        CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
 
 
@@ -275,7 +287,7 @@ def cli_main(
     what the user gave (a missing, corrupt or foreign checkpoint, a missing dataset, an unreadable dataset
     file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
     version folder."""
-    CrateCLI.run_dir = None
+    CrateCLI.run_dir, CrateCLI.progress_bar = None, False
     program = "pretrain.py" if model_class is not ImageClassifier else "train.py"
     try:
         return CrateCLI(
@@ -283,7 +295,8 @@ def cli_main(
             ImageDataModule,
             subclass_mode_data=True,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False},  # a typo gets one line below, not the whole usage
+            # a typo gets one line below, not the whole usage; an abbreviated key is a typo, not a match
+            parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
             args=args,
             run=run,
         )
@@ -299,7 +312,7 @@ def cli_main(
         _remove_if_empty(CrateCLI.run_dir)
         if not run:
             raise
-        sys.stderr.write(f"{program}: error: {err}\n")
+        sys.stderr.write(f"{chr(10) if CrateCLI.progress_bar else ''}{program}: error: {one_line(err)}\n")
         raise SystemExit(2) from None
     except BaseException:
         _remove_if_empty(CrateCLI.run_dir)

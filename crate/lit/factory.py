@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import timm
 from torch import nn
 
-import crate.models  # noqa: F401  (registers the zoo with timm)
+from crate.models import check_model_name  # importing crate.models registers the zoo with timm
 
-__all__ = ["create_classifier", "check_model_name"]
-
-
-def check_model_name(model_name: str) -> None:
-    """Raise a ValueError naming close matches when timm knows no model called ``model_name``."""
-    if timm.is_model(model_name):
-        return
-    arch = model_name.split(".")[0]
-    close = difflib.get_close_matches(arch, timm.list_models(), n=5, cutoff=0.6)
-    hint = f" Close matches: {', '.join(close)}." if close else ""
-    raise ValueError(
-        f"Unknown model {model_name!r}.{hint} The zoo lists its models with "
-        "`import crate, timm; timm.list_models('crate*')`, timm's own with `timm.list_models()`."
-    )
+__all__ = ["create_classifier"]
 
 
 def create_classifier(

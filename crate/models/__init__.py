@@ -7,6 +7,7 @@ from .crate import CRATE, CrateBlock
 from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
 from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
+from .names import check_model_name, pretrained_tags
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
 
@@ -25,6 +26,8 @@ __all__ = [
     "ToSTBlock",
     "VIT_VARIANTS",
     "ViTTwin",
+    "check_model_name",
     "checkpoint_filter_fn",
+    "pretrained_tags",
     "read_checkpoint",
 ]

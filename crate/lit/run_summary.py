@@ -1,0 +1,138 @@
+"""What a person reads of a run: a line per epoch when no progress bar shows, and a summary at the end."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+
+__all__ = ["RunSummary"]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(float(value)) else None
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f} s"
+
+
+def _relative(path: str | Path | None) -> str:
+    if not path:
+        return "none"
+    path = Path(path)
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+class RunSummary(Callback):
+    """Tells where a run stands and where it left its files.
+
+    - While fitting with the progress bar off (as the CIFAR-10 recipes run), one line per epoch: the epoch,
+      the monitored validation metric (and the best so far), the validation loss, the training accuracy, the
+      last logged training loss and the epoch's wall time.
+    - At the end of ``fit``: epochs and steps done and their wall time, the run folder, the monitored metric
+      at the last epoch and at its best (with the epoch), the best checkpoint and the last one (with how to
+      resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
+
+    Everything goes through Lightning's logger (rank 0 only), as Lightning's own messages do.
+
+    Args:
+        epoch_lines: print the per-epoch line when no progress bar shows.
+    """
+
+    def __init__(self, epoch_lines: bool = True) -> None:
+        self.epoch_lines = epoch_lines
+        self._fit_start = 0.0
+        self._epoch_start = 0.0
+        self._best: tuple[float, int] | None = None
+
+    def _monitor(self, pl_module: L.LightningModule) -> tuple[str, str]:
+        return getattr(pl_module, "checkpoint_monitor", ("val/acc", "max"))
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+        self._best = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        name, mode = self._monitor(pl_module)
+        value = _number(trainer.callback_metrics.get(name))
+        if value is not None and (
+            self._best is None or (value > self._best[0] if mode == "max" else value < self._best[0])
+        ):
+            self._best = (value, trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.epoch_lines or trainer.progress_bar_callback is not None:
+            return
+        metrics = trainer.callback_metrics
+        name, _ = self._monitor(pl_module)
+        parts = [f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs if trainer.max_epochs else '?'}"]
+        value = _number(metrics.get(name))
+        if value is not None:
+            best = f" (best {self._best[0]:.4f})" if self._best is not None else ""
+            parts.append(f"{name} {value:.4f}{best}")
+        for key in ("val/loss", "train/acc", "train/loss"):
+            if key != name and (number := _number(metrics.get(key))) is not None:
+                parts.append(f"{key} {number:.4f}")
+        parts.append(_duration(time.perf_counter() - self._epoch_start))
+        rank_zero_info("  ".join(parts))
+
+    def _checkpoints(self, trainer: L.Trainer, monitor: str) -> tuple[str | None, str | None]:
+        best = last = None
+        for callback in trainer.checkpoint_callbacks:
+            if not isinstance(callback, ModelCheckpoint):
+                continue
+            if callback.monitor == monitor and callback.best_model_path:
+                best = callback.best_model_path
+            if callback.dirpath and (Path(callback.dirpath) / "last.ckpt").exists():
+                last = str(Path(callback.dirpath) / "last.ckpt")
+        return best, last
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        name, _ = self._monitor(pl_module)
+        lines = [
+            f"fit ended after {trainer.current_epoch} epochs, {trainer.global_step} steps, "
+            f"{_duration(time.perf_counter() - self._fit_start)}"
+        ]
+        if trainer.log_dir:
+            lines.append(f"  run folder       {_relative(trainer.log_dir)}")
+        last = _number(trainer.callback_metrics.get(name))
+        if last is not None:
+            best = f", best {self._best[0]:.4f} at epoch {self._best[1] + 1}" if self._best is not None else ""
+            lines.append(f"  {name:<16} last {last:.4f}{best}")
+        best_path, last_path = self._checkpoints(trainer, name)
+        if best_path:
+            lines.append(f"  best checkpoint  {_relative(best_path)}")
+        if last_path:
+            lines.append(f"  last checkpoint  {_relative(last_path)} (resume with --ckpt_path last)")
+        rank_zero_info("\n".join(lines))
+
+    def _evaluated(self, trainer: L.Trainer, stage: str) -> None:
+        metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if v is not None) or "no metrics"
+        source = trainer.ckpt_path or "the weights in memory"
+        folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.log_dir else ""
+        rank_zero_info(f"{stage} of {_relative(source)}: {shown}{folder}")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """After Lightning's own results table (validate, test)."""
+        if stage in ("validate", "test"):
+            self._evaluated(trainer, "val" if stage == "validate" else "test")

@@ -1,0 +1,36 @@
+"""Model names and pretrained tags as timm knows them, with errors that name what exists."""
+
+from __future__ import annotations
+
+import difflib
+
+import timm
+
+__all__ = ["check_model_name", "pretrained_tags"]
+
+
+def pretrained_tags(arch: str) -> list[str]:
+    """The pretrained tags of an architecture (``crate_nano_patch4_32.digits``, ...), as timm lists them."""
+    return timm.list_pretrained(f"{arch}.*")
+
+
+def check_model_name(name: str, pretrained: bool = False) -> None:
+    """Raise a ValueError that names what exists when timm knows no model ``name`` (close matches among
+    the models and tags), when ``name`` carries a tag its architecture does not have (its tags), or, with
+    ``pretrained``, when it names an architecture without weights of its own (its tags, or none)."""
+    arch, _, tag = name.partition(".")
+    if not timm.is_model(arch):
+        known = timm.list_models() + timm.list_pretrained()
+        close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+        hint = f" Close matches: {', '.join(close)}." if close else ""
+        raise ValueError(
+            f"Unknown model {name!r}.{hint} The zoo lists its models with "
+            "`import crate, timm; timm.list_models('crate*')` and its weights with `timm.list_pretrained('crate*')`."
+        )
+    tags = pretrained_tags(arch)
+    if tag and name in tags or not tag and (not pretrained or timm.is_model_pretrained(arch)):
+        return
+    if not tags:
+        raise ValueError(f"{arch} has no pretrained weights: give a checkpoint file for it")
+    what = f"has no pretrained tag {tag!r}" if tag else "names no weights by itself"
+    raise ValueError(f"{arch} {what}: pick one of its tags ({', '.join(tags)}) or give a checkpoint file")

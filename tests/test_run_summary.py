@@ -1,0 +1,74 @@
+"""What a person reads of a run: a line per epoch with the bar off, and where the run left its files."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from crate.lit import DigitsDataModule, ImageClassifier
+from crate.lit.run_summary import RunSummary
+
+
+def _trainer(tmp_path: Path, **settings) -> tuple[L.Trainer, ModelCheckpoint]:
+    best = ModelCheckpoint(dirpath=tmp_path / "checkpoints", monitor="val/acc", mode="max", save_last=True)
+    trainer = L.Trainer(
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        logger=CSVLogger(tmp_path, name="run"),
+        enable_model_summary=False,
+        callbacks=[best, RunSummary()],
+        **settings,
+    )
+    return trainer, best
+
+
+def test_fit_prints_a_line_per_epoch_and_a_summary_of_the_run(tmp_path: Path, caplog, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    trainer, best = _trainer(tmp_path, enable_progress_bar=False)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=3e-3)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(module, DigitsDataModule(batch_size=8))
+    text = caplog.text
+    epochs = re.findall(r"epoch (\d)/3  val/acc (\d\.\d{4}) \(best (\d\.\d{4})\)", text)
+    assert [e[0] for e in epochs] == ["1", "2", "3"]
+    values = [float(e[1]) for e in epochs]
+    with (Path(trainer.log_dir) / "metrics.csv").open() as handle:  # what the logger wrote for each epoch
+        logged = [float(row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")]
+    assert values == [round(v, 4) for v in logged]
+    assert [float(e[2]) for e in epochs] == [max(values[: i + 1]) for i in range(3)]  # the best so far
+    assert "fit ended after 3 epochs, 6 steps" in text
+    assert f"run folder       {Path(trainer.log_dir).relative_to(tmp_path)}" in text
+    top = max(values)
+    assert f"val/acc          last {values[-1]:.4f}, best {top:.4f} at epoch {values.index(top) + 1}" in text
+    assert f"best checkpoint  {Path(best.best_model_path).relative_to(tmp_path)}" in text
+    assert "last checkpoint  checkpoints/last.ckpt (resume with --ckpt_path last)" in text
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        trainer.validate(module, DigitsDataModule(batch_size=8), ckpt_path=best.best_model_path)
+    assert re.search(rf"val of checkpoints/{Path(best.best_model_path).name}: val/acc {top:.4f}", caplog.text)
+
+
+def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    assert "epoch 1/3" not in caplog.text and "fit ended after 3 epochs" in caplog.text
+
+
+@pytest.mark.parametrize("value", [float("nan"), None])
+def test_a_missing_or_non_finite_metric_is_left_out_not_printed_as_nan(value) -> None:
+    from crate.lit.run_summary import _number
+
+    assert _number(torch.tensor(value) if value is not None else None) is None
+    assert _number(torch.tensor(0.25)) == 0.25
