@@ -317,7 +317,7 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     pngs = sorted(report.glob("*.png"))
     assert len(pngs) == 4 + 3 * 6  # three models
     expected_sizes = {
-        "layerwise.png": (1600, 340),
+        "layerwise.png": (1600, 720),  # a second row: each model beside its controls
         "lenses.png": (1800, 340),
         "seeds.png": (1100, 340),
         "probe.png": (500, 340),
@@ -391,3 +391,36 @@ def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
     assert error.startswith("crate-interpret: error: ") and len(error.splitlines()) == 1
     assert expected in error and (not absent or absent not in error)
     assert not (tmp_path / "report").exists()
+
+
+def test_the_layerwise_figure_draws_each_model_beside_its_controls() -> None:
+    """From the committed CIFAR-10 report's numbers: a panel per model with the attention step's change of
+    R^c trained, untrained, with the update negated and as the theory's step, each curve the numbers'
+    difference; layer axes ticked at whole layers."""
+    from crate.interpret.plots import layerwise_figure
+
+    results = json.loads((REPO / "docs" / "interpret_cifar10" / "metrics.json").read_text())
+    figure = layerwise_figure(results)
+    panels = [axis for axis in figure.axes if "after - before" in axis.get_title()]
+    assert len(panels) == len(results)
+    for axis, (label, result) in zip(panels, results.items(), strict=True):
+        assert label in axis.get_title()
+        lines = {
+            line.get_label(): line.get_ydata() for line in axis.get_lines() if not line.get_label().startswith("_")
+        }
+        curves = result["layerwise"]["official"]
+        before = np.array(curves["Rc_before_attention"])
+        initial = result["controls"]["random_init"]["layerwise"]["official"]
+        compression = result["controls"]["compression"]["official"]
+        expected = {
+            "trained": np.array(curves["Rc_after_attention"]) - before,
+            "untrained (3 init seeds)": np.array(initial["Rc_after_attention"])
+            - np.array(initial["Rc_before_attention"]),
+            "trained update negated": np.array(compression["Rc_after_attention_negated"]) - before,
+            "theory step (U_[K] output)": np.array(compression["Rc_after_attention_theory_step"]) - before,
+        }
+        assert lines.keys() == expected.keys()
+        for name, values in expected.items():
+            np.testing.assert_allclose(lines[name], values)
+        ticks = axis.get_xticks()
+        assert np.all(ticks == np.round(ticks))

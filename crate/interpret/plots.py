@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 __all__ = [
     "attention_figure",
@@ -34,34 +35,90 @@ def _layers(values: list) -> np.ndarray:
     return np.arange(len(values))
 
 
+def _layer_axis(axis: Any, title: str, **settings: Any) -> None:
+    """A panel over layers: whole-number layer ticks, a title, a small legend where there are labels."""
+    axis.set(title=title, xlabel="layer l", **settings)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=6)
+
+
+def _mean_over_seeds(control: dict[str, Any], convention: str, key: str) -> list[float] | None:
+    curves = control.get("layerwise", {}).get(convention, {})
+    return curves.get(key)
+
+
+def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: str = "official") -> None:
+    """The attention step's change of R^c per layer (after minus before; below 0: compressed), trained,
+    beside its controls: the same architecture at initialisation, the trained update negated, and the
+    theory's step (the update's output projection replaced by U_[K], at the update's norm)."""
+    curves = result["layerwise"][convention]
+    before, after = np.array(curves["Rc_before_attention"]), np.array(curves["Rc_after_attention"])
+    x = _layers(before)
+    axis.axhline(0.0, color="gray", linewidth=0.8)
+    axis.plot(x, after - before, marker="o", color="C0", label="trained")
+    controls = result.get("controls") or {}
+    initial = controls.get("random_init") or {}
+    init_before = _mean_over_seeds(initial, convention, "Rc_before_attention")
+    init_after = _mean_over_seeds(initial, convention, "Rc_after_attention")
+    if init_before and init_after:
+        seeds = initial.get("init_seeds", [])
+        axis.plot(
+            x, np.array(init_after) - np.array(init_before), marker="s", color="C7",
+            label=f"untrained ({len(seeds)} init seeds)" if seeds else "untrained",
+        )  # fmt: skip
+    compression = (controls.get("compression") or {}).get(convention, {})
+    for key, name, style in (
+        ("Rc_after_attention_negated", "trained update negated", ("v", "C3", "--")),
+        ("Rc_after_attention_theory_step", "theory step (U_[K] output)", ("^", "C2", "-.")),
+    ):
+        if compression.get(key):
+            marker, color, line = style
+            axis.plot(x, np.array(compression[key]) - before, marker=marker, color=color, linestyle=line, label=name)
+    _layer_axis(axis, f"{label}\nR^c after - before attention ({convention})")
+
+
 def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
-    """R^c before/after each attention step (official and paper conventions, measured on what the attention
-    sees), the raw residual stream's R^c, and the sparsity of the sparse code; per layer, per model."""
-    figure = Figure(figsize=(16, 3.4), layout="constrained")
-    axes = figure.subplots(1, 4)
+    """Top row: R^c before/after each attention step (official and paper conventions, measured on what the
+    attention sees), the raw residual stream's R^c, and the sparsity of the sparse code; per layer, per
+    model. Bottom row, one panel per model: the step's change of R^c beside the untrained model, the
+    negated update and the theory's step (the controls the report reads it against)."""
+    columns = max(4, len(results))
+    figure = Figure(figsize=(4 * columns, 7.2), layout="constrained")
+    axes = figure.subplots(2, columns, squeeze=False)
+    top = axes[0]
     panels = (
         ("official", "Rc", "R^c(LN Z | U^l), official (eps 0.01)"),
         ("paper", "Rc", "R^c(LN Z | U^l), paper convention"),
         ("paper", "Rc_raw", "R^c of the raw stream Z (paper)"),
     )
-    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
-        for axis, (convention, stem, _) in zip(axes, panels, strict=False):
+    for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
+        color = f"C{index}"
+        for axis, (convention, stem, _) in zip(top, panels, strict=False):
             curves = result["layerwise"][convention]
             x = _layers(curves[f"{stem}_before_attention"])
-            axis.plot(x, curves[f"{stem}_before_attention"], marker=marker, label=f"{label}: before attention")
-            axis.plot(x, curves[f"{stem}_after_attention"], marker=marker, linestyle="--", label=f"{label}: after")
+            axis.plot(x, curves[f"{stem}_before_attention"], marker=marker, color=color, label=f"{label}: before")
+            axis.plot(
+                x, curves[f"{stem}_after_attention"], marker=marker, color=color, linestyle="--",
+                markerfacecolor="none", label=f"{label}: after",
+            )  # fmt: skip
         curves = result["layerwise"]["official"]
         code = curves["sparsity_of_code"]
         if all(v is not None for v in code):
-            axes[3].plot(_layers(code), code, marker=marker, label=f"{label}: sparse code")
-        axes[3].plot(
-            _layers(code), curves["sparsity_of_output"], marker=marker, linestyle=":", label=f"{label}: block output"
-        )
-    for axis, (_, _, title) in zip(axes, panels, strict=False):
-        axis.set(title=title, xlabel="layer l")
-        axis.legend(fontsize=6)
-    axes[3].set(title="fraction of exact zeros", xlabel="layer l", ylim=(-0.02, 1))
-    axes[3].legend(fontsize=6)
+            top[3].plot(_layers(code), code, marker=marker, color=color, markersize=4, label=f"{label}: sparse code")
+        top[3].plot(
+            _layers(code), curves["sparsity_of_output"], marker=marker, color=color, linestyle=":", markersize=9,
+            markerfacecolor="none", linewidth=2.5, alpha=0.6, label=f"{label}: block output",
+        )  # fmt: skip
+    for axis, (_, _, title) in zip(top, panels, strict=False):
+        _layer_axis(axis, title)
+    _layer_axis(top[3], "fraction of exact zeros", ylim=(-0.02, 1))
+    for axis in top[4:]:
+        axis.set_axis_off()
+    for axis, (label, result) in zip(axes[1], results.items(), strict=False):
+        _controls_panel(axis, label, result)
+    for axis in axes[1][len(results) :]:
+        axis.set_axis_off()
     return figure
 
 
@@ -91,8 +148,7 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
         baseline = with_maps[0]["kernel_agreement_baseline"]
         axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance p/(N-1) = {baseline:.2f}")
     for axis, title in zip(axes, titles, strict=True):
-        axis.set(title=title, xlabel="layer l")
-        axis.legend(fontsize=7)
+        _layer_axis(axis, title)
     return figure
 
 
@@ -122,10 +178,19 @@ def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
                 alpha=0.3 + 0.7 * (layer + 1) / depth,
                 label=f"{label}, layer {layer}",
             )
-    axes[0].set(
-        title="relative dispersion: Z, LN Z, Z + attn, LN(Z + attn)", xlabel="layer (four points each)", ylim=(0, 1.05)
+    depth = max(len(r["seeds"]) for r in results.values())
+    axes[0].set_xticks(
+        [layer * (len(points) + 1) + 1.5 for layer in range(depth)], [f"layer {layer}" for layer in range(depth)]
     )
-    axes[1].set(title="relative change of head outputs, N' keys", xlabel="keys kept N'", xscale="log")
+    axes[0].set(
+        title="relative dispersion at Z, LN Z, Z + attn, LN(Z + attn)", xlabel="four points in each layer",
+        ylim=(0, 1.05),
+    )  # fmt: skip
+    kept = sorted({n for r in results.values() for seed in r["seeds"] for n in seed["subsampled_keys"]})
+    axes[1].set(title="relative change of head outputs with N' keys", xlabel="keys kept N'", xscale="log")
+    axes[1].set_xticks(kept)
+    axes[1].xaxis.set_major_formatter(ScalarFormatter())
+    axes[1].xaxis.set_minor_formatter(NullFormatter())
     for axis in axes:
         axis.legend(fontsize=6)
     return figure
@@ -159,8 +224,7 @@ def probe_figure(results: dict[str, dict[str, Any]]) -> Figure:
     for (label, result), marker in zip(results.items(), MARKERS, strict=False):
         values = result["linear_probe_accuracy"]
         axis.plot(_layers(values), values, marker=marker, label=label)
-    axis.set(title="linear probe accuracy per layer", xlabel="layer l", ylim=(0, 1.02))
-    axis.legend(fontsize=7)
+    _layer_axis(axis, "linear probe accuracy per layer", ylim=(0, 1.02))
     return figure
 
 
@@ -172,9 +236,11 @@ def coherence_figure(label: str, result: dict[str, Any]) -> Figure:
     axes = figure.subplots(1, 2)
     for axis, index in zip(axes, (0, len(matrices) - 1), strict=True):
         image = axis.imshow(np.array(matrices[index]), vmin=0, vmax=1, cmap="viridis")
-        axis.set(title=f"{label}: layer {index}", xlabel="head j", ylabel="head i")
-    if baseline is not None:
-        figure.suptitle(f"mean off-diagonal of random subspaces of the same shape: {baseline:.3f}", fontsize=9)
+        axis.set(title=f"layer {index}", xlabel="head j", ylabel="head i")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True))
+    chance = f"\nrandom subspaces of the same shape: {baseline:.3f} off the diagonal" if baseline is not None else ""
+    figure.suptitle(f"{label}: coherence of head subspaces, sigma_max(Q_i^T Q_j){chance}", fontsize=9)
     figure.colorbar(image, ax=axes, shrink=0.8, label="coherence")
     return figure
 
@@ -221,7 +287,9 @@ def pca_figure(label: str, images: list, components: np.ndarray) -> Figure:
         axes[row, 1].imshow(components[row])
     for axis in axes.flat:
         axis.set_axis_off()
-    figure.suptitle(f"{label}: PCA of last-layer patch features", fontsize=9)
+    axes[0, 0].set_title("image", fontsize=8)
+    axes[0, 1].set_title("3 PCs as RGB", fontsize=8)
+    figure.suptitle(f"{label}\nPCA of last-layer patch features", fontsize=8)
     return figure
 
 
