@@ -60,24 +60,25 @@ def _data(monkeypatch: pytest.MonkeyPatch, train_size: int = 52) -> CIFARDataMod
     return data
 
 
+def _quiet_trainer(callbacks: list[Callback], **limits) -> L.Trainer:
+    """A trainer without validation, logger, checkpoints, bar or summary: only the training steps."""
+    return L.Trainer(
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        **limits,
+    )
+
+
 def test_training_steps_read_nothing_back_from_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steps 2-5 of a run with the policy, a moving average, the non-finite guard and the coding-rate monitor
     (their read-backs every 50 steps, as logging's), and the last batch of the epoch dropped: no read-back."""
     watch = _WatchSteps(first=1, last=5)
-    trainer = L.Trainer(
-        max_epochs=1,
-        limit_val_batches=0,
-        logger=False,
-        log_every_n_steps=50,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[
-            watch,
-            NonFiniteGuard(check_every_n_steps=50),
-            CodingRateMonitor(every_n_steps=50, probe_size=8),
-        ],
-    )
+    monitors = [NonFiniteGuard(check_every_n_steps=50), CodingRateMonitor(every_n_steps=50, probe_size=8)]
+    trainer = _quiet_trainer([watch, *monitors], max_epochs=1, log_every_n_steps=50)
     module = ImageClassifier("crate_nano_patch4_32", num_classes=10, img_size=32, ema_decay=0.99, warmup_epochs=0.5)
     trainer.fit(module, _data(monkeypatch))
     assert trainer.global_step == 6  # 52 images in batches of 8: the last 4 dropped
@@ -96,15 +97,7 @@ def test_the_guard_still_stops_at_the_first_non_finite_step_when_it_reads_back_l
                 with torch.no_grad():
                     next(pl_module.model.parameters()).fill_(float("nan"))
 
-    trainer = L.Trainer(
-        max_epochs=1,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[_Poison(), NonFiniteGuard(check_every_n_steps=5)],
-    )
+    trainer = _quiet_trainer([_Poison(), NonFiniteGuard(check_every_n_steps=5)], max_epochs=1)
     module = ImageClassifier("crate_nano_patch4_32", num_classes=10, img_size=32)
     with pytest.raises(NonFiniteError, match=r"training stopped at step 3 \(epoch 0; noticed at step 5\): the loss"):
         trainer.fit(module, _data(monkeypatch))
@@ -130,16 +123,7 @@ def test_the_compiled_step_equals_the_eager_step(monkeypatch: pytest.MonkeyPatch
                 self.values.append(float(outputs["loss"]))
 
         recorder = _Losses()
-
-        trainer = L.Trainer(
-            max_steps=3,
-            limit_val_batches=0,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[recorder],
-        )
+        trainer = _quiet_trainer([recorder], max_steps=3)
         trainer.fit(module, _data(monkeypatch))
         results.append((recorder.values, {k: v.detach().clone() for k, v in module.state_dict().items()}))
     (eager_losses, eager), (compiled_losses, compiled) = results
