@@ -43,9 +43,9 @@ def _layer_axis(axis: Any, title: str, **settings: Any) -> None:
         axis.legend(fontsize=6)
 
 
-def _mean_over_seeds(control: dict[str, Any], convention: str, key: str) -> list[float] | None:
-    curves = control.get("layerwise", {}).get(convention, {})
-    return curves.get(key)
+def _values(values: list | None) -> np.ndarray:
+    """Per-layer values as floats, a layer without the quantity (None) as NaN (not drawn)."""
+    return np.array([np.nan if v is None else v for v in values or []], dtype=float)
 
 
 def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: str = "official") -> None:
@@ -53,18 +53,18 @@ def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: s
     beside its controls: the same architecture at initialisation, the trained update negated, and the
     theory's step (the update's output projection replaced by U_[K], at the update's norm)."""
     curves = result["layerwise"][convention]
-    before, after = np.array(curves["Rc_before_attention"]), np.array(curves["Rc_after_attention"])
+    before, after = _values(curves["Rc_before_attention"]), _values(curves["Rc_after_attention"])
     x = _layers(before)
     axis.axhline(0.0, color="gray", linewidth=0.8)
     axis.plot(x, after - before, marker="o", color="C0", label="trained")
     controls = result.get("controls") or {}
     initial = controls.get("random_init") or {}
-    init_before = _mean_over_seeds(initial, convention, "Rc_before_attention")
-    init_after = _mean_over_seeds(initial, convention, "Rc_after_attention")
-    if init_before and init_after:
+    initial_curves = initial.get("layerwise", {}).get(convention, {})  # the mean over the init seeds
+    init_change = _values(initial_curves.get("Rc_after_attention")) - _values(initial_curves.get("Rc_before_attention"))
+    if init_change.size == before.size and np.isfinite(init_change).any():
         seeds = initial.get("init_seeds", [])
         axis.plot(
-            x, np.array(init_after) - np.array(init_before), marker="s", color="C7",
+            x, init_change, marker="s", color="C7",
             label=f"untrained ({len(seeds)} init seeds)" if seeds else "untrained",
         )  # fmt: skip
     compression = (controls.get("compression") or {}).get(convention, {})
@@ -72,9 +72,10 @@ def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: s
         ("Rc_after_attention_negated", "trained update negated", ("v", "C3", "--")),
         ("Rc_after_attention_theory_step", "theory step (U_[K] output)", ("^", "C2", "-.")),
     ):
-        if compression.get(key):
+        change = _values(compression.get(key)) - before if compression.get(key) else np.array([])
+        if np.isfinite(change).any():  # none for a model without attention maps (ToST's theory step)
             marker, color, line = style
-            axis.plot(x, np.array(compression[key]) - before, marker=marker, color=color, linestyle=line, label=name)
+            axis.plot(x, change, marker=marker, color=color, linestyle=line, label=name)
     _layer_axis(axis, f"{label}\nR^c after - before attention ({convention})")
 
 
