@@ -193,8 +193,10 @@ def main() -> None:
             exported = out / f"{MODEL}.cifar10_gpu.safetensors"
             export = [sys.executable, "-m", "crate.export", str(last), "--out", str(exported), "--dtype", "float16"]
             export += ["--train-command", shlex.join(["python", *train[1:]])]
-            export_status = _run(export, work / "export.log", timeout=120)
+            export_status = _run(export, out / "export.log", timeout=120)
             result["export"] = {"command": shlex.join(export[1:]), "exit_status": export_status, "file": str(exported)}
+            if export_status != 0:
+                result["export"]["log_tail"] = (out / "export.log").read_text()[-3000:]
             card = exported.with_suffix(".json")
             if card.is_file():
                 held = json.loads(card.read_text())
@@ -214,6 +216,7 @@ def main() -> None:
         result["steps_per_epoch"] = steps
         result["loop_vs_bare_gpu"] = round(steps * result["bare_step_ms"] / 1000 / result["epoch_s"], 3)
     write()
+    shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (last.ckpt is in --out)
     print(f"wrote {report} ({result['wall_s']} s)", flush=True)
 
 
