@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import timm
 import torch
+from conftest import REPO
 
 import crate  # noqa: F401
 from crate.metrics import compression_controls, layerwise_values, trace_model
@@ -118,3 +121,27 @@ def test_mean_of_averages_numbers_and_keeps_indices_only_where_they_agree() -> N
 
     runs = [{"a": [1.0, 3.0], "best": 2, "size": 5, "name": "x"}, {"a": [3.0, 5.0], "best": 1, "size": 5, "name": "x"}]
     assert mean_of(runs) == {"a": [2.0, 4.0], "best": None, "size": 5, "name": "x"}
+
+
+def test_the_random_init_control_is_the_shipped_run_s_own_starting_weights(tmp_path: Path) -> None:
+    """The report's random-init control at its first seed is, bit for bit, the weights the shipped
+    crate_nano_patch4_32.cifar10 run started from: its recipe built through train.py's CLI (seed 0) on a
+    stand-in folder, against the control rebuilt from the shipped file."""
+    from test_tensor_store import write_folder
+
+    from crate.interpret.controls import INIT_SEEDS, initialised
+    from crate.interpret.loading import load_run
+    from crate.lit import cli_main
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
+    recipe += ["--config", str(REPO / "configs" / "cifar10" / "crate_nano_patch4_32.yaml")]
+    cli = cli_main([*recipe, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")], run=False)
+    start = cli.model.model.state_dict()
+    shipped, _ = load_run("crate_nano_patch4_32.cifar10", None)
+    control = initialised(shipped, INIT_SEEDS[0]).state_dict()
+    assert control.keys() == start.keys()
+    for key, value in control.items():
+        assert torch.equal(value, start[key]), key
+    trained = shipped.state_dict()
+    assert not torch.equal(trained["head.weight"].float(), start["head.weight"])  # the file is not the start

@@ -72,6 +72,8 @@ def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: s
         ("Rc_after_attention_negated", "trained update negated", ("v", "C3", "--")),
         ("Rc_after_attention_theory_step", "theory step (U_[K] output)", ("^", "C2", "-.")),
     ):
+        if key.endswith("theory_step") and not result.get("shared_query_key", True):
+            continue  # no subspaces U_[K] (ViT, CRATE-MHSA): the theory has no step to draw
         change = _values(compression.get(key)) - before if compression.get(key) else np.array([])
         if np.isfinite(change).any():  # none for a model without attention maps (ToST's theory step)
             marker, color, line = style

@@ -131,7 +131,10 @@ def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
     if stem == "Rc":
         steps = controls["compression"][convention]
         cell += "; update negated " + _falls(before, steps["Rc_after_attention_negated"])
-        cell += "; theory step " + _falls(before, steps["Rc_after_attention_theory_step"])
+        if result.get("shared_query_key", True):
+            cell += "; theory step " + _falls(before, steps["Rc_after_attention_theory_step"])
+        else:  # the "step" would map the values' outputs back through the query projection: no theory's step
+            cell += "; theory step - (no shared subspaces U_[K] to step along)"
     return cell
 
 
