@@ -44,7 +44,7 @@ image, bit for bit (the tests compare every operation and magnitude with torchvi
   the image's histogram as torchvision does), composed with the normalisation, and one gather applies
   them.
 
-So a batch costs the same few dozen tensor operations whatever its size and draws (``make bench``'s
+So a batch costs the same few dozen tensor operations whatever its size and draws (``make step-overhead``,
 ``benchmarks/step_overhead.py`` counts them), and nothing in it waits for the device. The index and lookup
 tables are built on the first batch of each image size and device and kept. kornia would draw per-image
 parameters as well, but from the global random state and not from a seed per image, and would add a

@@ -37,7 +37,13 @@ class ImageDataModule(L.LightningDataModule):
     has_test_split_note = "it has a train and a validation split only"
 
     def __init__(
-        self, img_size: int, batch_size: int, num_workers: int, seed: int = 0, predict_split: str = "val"
+        self,
+        img_size: int,
+        batch_size: int,
+        num_workers: int,
+        seed: int = 0,
+        predict_split: str = "val",
+        drop_last: bool = False,
     ) -> None:
         super().__init__()
         if predict_split not in ("train", "val", "test"):
@@ -48,7 +54,7 @@ class ImageDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
-        self.drop_last = False  # an epoch's last, smaller training batch left out (set by DataModules that offer it)
+        self.drop_last = drop_last  # an epoch's last, smaller training batch left out (fixed step shapes)
         self.train_set: Dataset | None = None
         self.train_transform: Callable[[Any], Any] | None = None
         self.val_set: Dataset | None = None

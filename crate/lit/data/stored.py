@@ -46,9 +46,8 @@ class StoredImageDataModule(ImageDataModule):
         predict_split: str,
         drop_last: bool = False,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
+        super().__init__(img_size, batch_size, num_workers, seed, predict_split, drop_last)
         self.augmentation = augmentation
-        self.drop_last = drop_last
         self.mean: tuple[float, ...] = ()
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
