@@ -23,6 +23,10 @@ while [ $# -gt 0 ]; do
 done
 python=python3
 [ -x .venv/bin/python ] && [ ${#dry[@]} -gt 0 ] && python=.venv/bin/python
+if [ ${#dry[@]} -eq 0 ] && ! "$python" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "gpu_suite.sh: no CUDA device that $python's torch can use; run it on a GPU machine, or with --dry-run here" >&2
+  exit 2
+fi
 if [ -d .whl ] && [ ${#dry[@]} -eq 0 ]; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
