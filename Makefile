@@ -7,8 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
-.PHONY: setup lock train test test-fast lint clean checkpoints results report bench zoo-table attention-scaling \
-	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy report-cifar10 step-overhead gpu-carry
+.PHONY: setup lock train test test-fast lint clean checkpoints results report report-cifar10 controls-table bench zoo-table attention-scaling \
+	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy step-overhead gpu-carry
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -114,6 +114,12 @@ report-cifar10: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 \
 	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
+
+# The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10 weight
+# file beside its random init (docs/controls_cifar10.md and .json; a few minutes).
+controls-table: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	$(PY) benchmarks/controls_table.py
 
 # Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager
 # and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).

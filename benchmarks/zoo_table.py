@@ -44,11 +44,12 @@ from timing import DEFAULT_CONFIG, REPO
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.data.sampling import sample_order
+from crate.interpret.compression_table import layer_verdicts
 from crate.interpret.lenses import head_redundancy, row_entropy
 from crate.lit import cli_main
 from crate.lit.cpu_precision import cpu_has_native_bf16
 from crate.lit.factory import create_classifier
-from crate.metrics import compression_controls, layerwise_values, trace_model
+from crate.metrics import compression_responses, full_step, layerwise_values, summarise_responses, trace_model
 
 MEMBERS: dict[str, str] = {
     "vit_nano_patch4_32": "ViT twin (softmax = exp kernel)",
@@ -74,6 +75,8 @@ CIFAR_PROTOCOL = ["--data.augmentation.policy", "null", "--data.augmentation.re_
 CIFAR_PROTOCOL += ["--model.lr", "1.0e-3", "--model.warmup_epochs", "1"]
 CIFAR_EPOCHS = 4
 TWIN = "vit_nano_patch4_32"
+# the compression controls a run carries (crate.metrics.controls), full step, mean over layers
+CONTROL_COLUMNS = ("negated", "shared_null", "mean_removed", "theory_step", "subspace_output")
 PROBE_IMAGES = 256
 
 
@@ -85,14 +88,18 @@ def _mean(values: list[float | None]) -> float | None:
 @torch.no_grad()
 def measure(model: torch.nn.Module, images: torch.Tensor) -> dict[str, float | None]:
     """Head statistics, compression across the attention steps and sparsity, from one trace; with the
-    compression controls (the attention update negated, the theory's step: crate.metrics.controls)."""
+    compression controls of ``crate.metrics.controls`` (official convention), averaged over layers: the full
+    step's change along the update negated, the shared-vector null, the update without its token mean and
+    the theory's MSSA step; the slopes at 0 of the trained update and of the theory's step; and in how many
+    layers the trained step falls beyond the shared null and at first order."""
     model.eval()
     traces = trace_model(model, images)
     maps = [t.attention for t in traces if t.attention is not None]
     quantities = ("Rc_before_attention", "Rc_after_attention", "sparsity_of_code")
     values = layerwise_values(traces, convention="official", quantities=quantities)
-    controls = compression_controls(model.blocks, traces, convention="official")
+    summary = summarise_responses(compression_responses(model.blocks, traces, convention="official"))
     before = values["Rc_before_attention"]
+    verdicts = layer_verdicts(summary)
 
     def change(after: list[torch.Tensor | None]) -> float | None:
         return _mean([None if a is None else float((a - b).mean()) for a, b in zip(after, before, strict=True)])
@@ -102,8 +109,11 @@ def measure(model: torch.nn.Module, images: torch.Tensor) -> dict[str, float | N
         "redundancy": _mean([float(head_redundancy(A).mean()) for A in maps]) if maps else None,
         "entropy": _mean([float(row_entropy(A).mean()) for A in maps]) if maps else None,
         "rc_change": change(values["Rc_after_attention"]),
-        "rc_change_negated": change(controls["Rc_after_attention_negated"]),
-        "rc_change_theory_step": change(controls["Rc_after_attention_theory_step"]),
+        **{f"rc_change_{name}": _mean(full_step(summary, name)) for name in CONTROL_COLUMNS},
+        "rc_slope": _mean(summary["trained"]["slope"]),
+        "rc_slope_theory_step": _mean(summary["theory_step"]["slope"]),
+        "layers_beyond_shared_null": sum(v["beyond_shared_null"] for v in verdicts),
+        "layers_first_order": sum(v["first_order"] for v in verdicts),
         "rc_before": _mean([float(v.mean()) for v in before]),
         "sparsity": _mean(codes),
     }
@@ -171,11 +181,14 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
+    """The markdown table. Runs measured before the matched-norm nulls existed carry the update negated and the
+    heads' outputs through U_[K] (then called the theory's step) only: their other control cells read "-"."""
     lines = [
         "| model | attention | params | val acc (mean ± std) | s / epoch | train img/s vs ViT twin "
         "| head redundancy (init) | row entropy, nats (init) | ΔR^c across attention: trained (init; negated; "
-        "theory step) | sparsity of code (init) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "shared null; heads through U_[K]) | slope at 0: trained (theory step) | layers beyond the shared null, "
+        "at first order | sparsity of code (init) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         runs = r["runs"]
@@ -183,18 +196,23 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         spread = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
 
         def mean_of(key: str, digits: int = 3, runs: list[dict[str, Any]] = runs) -> str:
-            return _fmt(_mean([run.get(key) for run in runs]), digits)
+            value = _mean([run.get(key) for run in runs])
+            return "-" if value is None and not all(key in run for run in runs) else _fmt(value, digits)
 
+        through_u = "rc_change_subspace_output" if "rc_change_subspace_output" in runs[0] else "rc_change_theory_step"
+        through_u_cell = mean_of(through_u, 2) if r.get("subspace_steps") else "-"
         compression = (
             f"{mean_of('rc_change', 2)} ({mean_of('rc_change_init', 2)}; {mean_of('rc_change_negated', 2)}; "
-            f"{mean_of('rc_change_theory_step', 2)})"
+            f"{mean_of('rc_change_shared_null', 2)}; {through_u_cell})"
         )
+        slopes = f"{mean_of('rc_slope', 2)} ({mean_of('rc_slope_theory_step', 2)})"
+        counts = f"{mean_of('layers_beyond_shared_null', 1)}, {mean_of('layers_first_order', 1)}"
         lines.append(
             f"| `{name}` | {MEMBERS[name]} | {r['params']:,} | {statistics.fmean(accuracy):.4f} ± {spread:.4f} "
             f"| {mean_of('epoch_seconds', 1)} | {r['throughput_ratio']:.2f}x "
             f"| {mean_of('redundancy')} ({mean_of('redundancy_init')}) "
             f"| {mean_of('entropy')} ({mean_of('entropy_init')}) "
-            f"| {compression} | {mean_of('sparsity')} ({mean_of('sparsity_init')}) |"
+            f"| {compression} | {slopes} | {counts} | {mean_of('sparsity')} ({mean_of('sparsity_init')}) |"
         )
     return "\n".join(lines)
 
@@ -211,6 +229,44 @@ def spread_line(results: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def has_subspace_steps(name: str, in_chans: int, img_size: int) -> bool:
+    """Whether every attention of the member scores one shared projection U_[K] (the theory's step exists)."""
+    model = create_classifier(name, num_classes=10, in_chans=in_chans, img_size=img_size)
+    return all(getattr(block.attn, "shared_query_key", False) for block in model.blocks)
+
+
+RERENDERED = (
+    "\n\nRe-rendered by `python benchmarks/zoo_table.py{dataset} --from-json` from the measurements saved in"
+    " `{json}` (no retraining; their trained weights were not kept). Runs measured before the matched-norm nulls and"
+    " slopes of crate.metrics.controls carry only the update negated and the heads' outputs through U_[K] (the"
+    ' column once named "theory step"); their other control cells read "-", and the heads-through-U cell is "-" for'
+    " members without one shared projection U_[K] (ViTs, ToST, CRATE-MHSA, MSSA-SH). The nulls and slopes of the"
+    " shipped CIFAR-10 weights are in docs/controls_cifar10.md."
+)
+
+
+def rendered_from_json(out: Path) -> str:
+    """The table file ``out`` as ``<out>.json`` (the saved runs) renders through the current ``table``, under
+    the header the table was written with (its wording of the controls corrected)."""
+    saved_path = out.with_suffix(".json")
+    if not saved_path.is_file():
+        raise SystemExit(f"zoo_table.py: no saved measurements at {saved_path}; run the table first")
+    saved = json.loads(saved_path.read_text())
+    saved.setdefault("dataset", "digits")  # tables written before the CIFAR-10 one name no data set
+    chans, size = (3, 32) if saved["dataset"] == "cifar10" else (1, 16)
+    for name, result in saved["results"].items():
+        result["subspace_steps"] = has_subspace_steps(name, chans, size)
+    old = out.read_text() if out.is_file() else f"# The zoo side by side on {saved['dataset']}\n\n| model"
+    header = old[: old.index("\n\n| model")].split("\n\nRe-rendered ")[0]
+    header = header.replace(
+        "the theory's step (the update with its output projection replaced by U_[K] at the same norm)",
+        "the heads' outputs through U_[K] at the update's norm (then called the theory's step)",
+    )
+    dataset = "" if saved["dataset"] == "digits" else f" --dataset {saved['dataset']}"
+    header += RERENDERED.format(dataset=dataset, json=saved_path.name)
+    return header + "\n\n" + table(saved["results"]) + "\n\n" + spread_line(saved["results"]) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", choices=DATASETS, default="digits")
@@ -220,11 +276,18 @@ def main() -> None:
     parser.add_argument("--members", nargs="+", default=list(MEMBERS), choices=list(MEMBERS))
     parser.add_argument("--repeats", type=int, default=7, help="throughput repeats (interleaved)")
     parser.add_argument("--out", default=None, help="default: docs/zoo_table.md, docs/zoo_table_cifar10.md")
+    parser.add_argument(
+        "--from-json", action="store_true", help="rewrite the table from <out>.json (saved measurements), no training"
+    )
     args = parser.parse_args()
     cifar = args.dataset == "cifar10"
     epochs = args.epochs or (CIFAR_EPOCHS if cifar else 50)
     protocol = " ".join(CIFAR_PROTOCOL) if cifar else ""
     out = Path(args.out or REPO / "docs" / ("zoo_table_cifar10.md" if cifar else "zoo_table.md"))
+    if args.from_json:
+        out.write_text(rendered_from_json(out))
+        print(f"rewritten {out} from {out.with_suffix('.json')}")
+        return
     # digits layers each member's configs/zoo/<model>.yaml; CIFAR-10 takes only the model's name (_recipe)
     missing = [name for name in args.members if not cifar and not (REPO / "configs" / "zoo" / f"{name}.yaml").is_file()]
     if missing:
@@ -259,6 +322,7 @@ def main() -> None:
         results[name] = {
             "params": params,
             "throughput_ratio": ratios[name],
+            "subspace_steps": has_subspace_steps(name, chans, size),
             "runs": sorted(runs, key=lambda r: r["seed"]),
         }
     minutes = (time.perf_counter() - start) / 60
@@ -278,8 +342,10 @@ def main() -> None:
         f"(runs finished earlier were read back) on {torch.get_num_threads()} CPU threads "
         f"({time.strftime('%Y-%m-%d')}): {len(args.members)} models x {len(args.seeds)} seeds, {epochs} epochs "
         f"each, {recipe}. Each figure is given with its controls: (init) the same model at the initialisation "
-        "its training started from; for ΔR^c also the trained attention update negated and the theory's step "
-        "(the update with its output projection replaced by U_[K] at the same norm); see the script's docstring.\n\n"
+        "its training started from; for ΔR^c also the trained attention update negated, a random vector shared by "
+        "all tokens at the update's norm (shared null) and the heads' outputs mapped through U_[K] at that norm; "
+        "the slope at 0 of R^c along the update (first order) and along the theory's MSSA step; see "
+        "crate.metrics.controls and the script's docstring.\n\n"
     )
     out.write_text(header + table(results) + "\n\n" + spread_line(results) + "\n")
     summary = {"dataset": args.dataset, "minutes": minutes, "epochs": epochs, "protocol": protocol, "results": results}

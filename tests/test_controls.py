@@ -4,72 +4,193 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
 from conftest import REPO
 
 import crate  # noqa: F401
-from crate.metrics import compression_controls, layerwise_values, trace_model
+from crate.metrics import compression_responses, layerwise_values, summarise_responses, trace_model
+from crate.metrics.controls import NULL_DRAWS, theory_step, update_directions
+from crate.metrics.functional import compression_rate
 
 
 def _model(projection: str) -> torch.nn.Module:
-    """crate_nano whose attention output projection is zero, U_[K] (the theory's step) or -U_[K]."""
+    """crate_nano whose attention output projection is zero, U_[K] (the heads' outputs through U) or -U_[K]."""
     torch.manual_seed(0)
     model = timm.create_model("crate_nano_patch4_32", num_classes=10).eval()
     with torch.no_grad():
         for block in model.blocks:
             attn = block.attn
             subspaces = attn.qkv.weight.T  # (d, K p): [U_1 ... U_K]
-            scale = {"zero": 0.0, "theory": 0.7, "against": -0.7}[projection]
+            scale = {"zero": 0.0, "through_u": 0.7, "against": -0.7}[projection]
             attn.proj.weight.copy_(scale * subspaces)
             attn.proj.bias.zero_()
     return model
 
 
+def _images(count: int = 6) -> torch.Tensor:
+    return torch.randn(count, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
 def _figures(model: torch.nn.Module) -> tuple[dict, dict]:
-    images = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    traces = trace_model(model, images)
+    """The figure's values, and per direction per layer the full-step R^c (before + change, mean over draws)."""
+    traces = trace_model(model, _images())
     values = layerwise_values(traces, quantities=("Rc_before_attention", "Rc_after_attention"))
-    return values, compression_controls(model.blocks, traces)
+    layers = compression_responses(model.blocks, traces)
+    after = {
+        name: [None if r.change[name] is None else r.before + r.change[name][-1].mean(0) for r in layers]
+        for name in layers[0].change
+    }
+    return values, after
 
 
-def test_without_an_update_the_negated_step_measures_what_no_step_measures() -> None:
-    values, controls = _figures(_model("zero"))
+def test_without_an_update_every_direction_but_the_theory_s_is_no_change() -> None:
+    values, after = _figures(_model("zero"))
     for layer in range(4):
-        before, after = values["Rc_before_attention"][layer], values["Rc_after_attention"][layer]
-        torch.testing.assert_close(after, before, rtol=0, atol=0)
-        torch.testing.assert_close(controls["Rc_after_attention_negated"][layer], before, rtol=1e-12, atol=1e-9)
+        before, trained = values["Rc_before_attention"][layer], values["Rc_after_attention"][layer]
+        torch.testing.assert_close(trained, before, rtol=0, atol=0)
+        for name in ("trained", "negated", "mean_removed", "shared_null", "iid_null", "subspace_output"):
+            torch.testing.assert_close(after[name][layer], before, rtol=1e-9, atol=1e-6)  # size 0: no change
+        assert not torch.allclose(after["theory_step"][layer], before)  # its own size, not the update's
 
 
-def test_a_model_whose_projection_is_u_takes_the_theory_step() -> None:
-    values, controls = _figures(_model("theory"))
+def test_the_trained_direction_at_full_step_is_the_figure_itself() -> None:
+    values, after = _figures(_model("through_u"))
     for layer in range(4):
-        theory = controls["Rc_after_attention_theory_step"][layer]
-        torch.testing.assert_close(theory, values["Rc_after_attention"][layer], rtol=1e-5, atol=1e-4)
-        assert not torch.allclose(controls["Rc_after_attention_negated"][layer], theory, rtol=1e-3)
+        torch.testing.assert_close(after["trained"][layer], values["Rc_after_attention"][layer], rtol=1e-6, atol=1e-4)
 
 
-def test_a_model_whose_projection_is_minus_u_is_the_theory_step_negated() -> None:
-    values, controls = _figures(_model("against"))
+def test_a_model_whose_projection_is_u_steps_along_the_heads_outputs_through_u() -> None:
+    values, after = _figures(_model("through_u"))
     for layer in range(4):
-        torch.testing.assert_close(
-            controls["Rc_after_attention_negated"][layer],
-            controls["Rc_after_attention_theory_step"][layer],
-            rtol=1e-5,
-            atol=1e-4,
-        )
-        assert not torch.allclose(
-            values["Rc_after_attention"][layer], controls["Rc_after_attention_theory_step"][layer]
-        )
+        through_u = after["subspace_output"][layer]
+        torch.testing.assert_close(through_u, values["Rc_after_attention"][layer], rtol=1e-5, atol=1e-4)
+        assert not torch.allclose(after["negated"][layer], through_u, rtol=1e-3)
 
 
-def test_tost_has_no_maps_and_no_theory_step() -> None:
-    model = timm.create_model("tost_nano_patch4_32", num_classes=10).eval()
-    traces = trace_model(model, torch.randn(2, 3, 32, 32))
-    controls = compression_controls(model.blocks, traces)
-    assert all(value is None for value in controls["Rc_after_attention_theory_step"])
-    assert all(value is not None for value in controls["Rc_after_attention_negated"])
+def test_a_model_whose_projection_is_minus_u_is_the_heads_outputs_negated() -> None:
+    values, after = _figures(_model("against"))
+    for layer in range(4):
+        torch.testing.assert_close(after["negated"][layer], after["subspace_output"][layer], rtol=1e-5, atol=1e-4)
+        assert not torch.allclose(values["Rc_after_attention"][layer], after["subspace_output"][layer])
+
+
+def test_tost_and_a_vit_have_no_subspace_steps_but_every_other_direction() -> None:
+    for name in ("tost_nano_patch4_32", "vit_nano_patch4_32"):
+        model = timm.create_model(name, num_classes=10).eval()
+        layers = compression_responses(model.blocks, trace_model(model, torch.randn(2, 3, 32, 32)))
+        for layer in layers:
+            assert layer.change["theory_step"] is None and layer.change["subspace_output"] is None, name
+            assert all(layer.change[d] is not None for d in ("trained", "negated", "shared_null", "iid_null"))
+
+
+def test_the_nulls_match_the_update_s_norm_and_the_shared_one_is_the_same_for_every_token() -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10).eval()
+    trace = trace_model(model, _images(3))[1]
+    directions = update_directions(trace, True, draws=5, generator=torch.Generator().manual_seed(0))
+    delta = (trace.z_half - trace.z_in).to(torch.float64)
+    norms = delta.flatten(1).norm(dim=1)
+    for name in ("shared_null", "iid_null", "subspace_output"):
+        torch.testing.assert_close(directions[name].flatten(2).norm(dim=-1), norms.expand(len(directions[name]), -1))
+    shared = directions["shared_null"]
+    assert shared.shape == (5, *delta.shape)
+    torch.testing.assert_close(shared, shared[:, :, :1].expand_as(shared), rtol=0, atol=0)
+    removed = directions["mean_removed"][0]
+    torch.testing.assert_close(removed, delta - delta.mean(dim=1, keepdim=True))
+    assert removed.mean(dim=1).abs().max() < 1e-12
+    assert directions["iid_null"].std(dim=(0, 2)).min() > 0  # the noise differs between tokens
+
+
+def _numpy_rate(tokens: np.ndarray, subspaces: np.ndarray, eps: float) -> np.ndarray:
+    """R^c, official convention, written out: per head, unit-norm projected tokens, 1/2 logdet(I + p/(N eps) W W^T)."""
+    result = np.zeros(tokens.shape[0])
+    for b, Z in enumerate(tokens):
+        for U in subspaces:
+            W = Z @ U
+            W = W / np.linalg.norm(W, axis=1, keepdims=True)
+            alpha = U.shape[1] / (Z.shape[0] * eps)
+            result[b] += 0.5 * np.linalg.slogdet(np.eye(Z.shape[0]) + alpha * W @ W.T)[1]
+    return result
+
+
+def _numpy_norm(z: np.ndarray, norm: torch.nn.LayerNorm) -> np.ndarray:
+    mean, var = z.mean(-1, keepdims=True), z.var(-1, keepdims=True)
+    weight, bias = (norm.weight.detach().double().numpy(), norm.bias.detach().double().numpy())
+    return (z - mean) / np.sqrt(var + norm.eps) * weight + bias
+
+
+def test_every_change_and_slope_equals_a_float64_numpy_computation() -> None:
+    """Changes at each fraction, and the autograd slope against a central difference, of every direction, on
+    a tiny model with the draws the function makes (one generator of the seed, layer after layer)."""
+    torch.manual_seed(3)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, depth=2).eval()
+    traces = trace_model(model, _images(2))
+    fractions = (0.05, 1.0)
+    layers = compression_responses(model.blocks, traces, fractions=fractions, draws=3, seed=7)
+    generator = torch.Generator().manual_seed(7)
+    for block, trace, response in zip(model.blocks, traces, layers, strict=True):
+        directions = update_directions(trace, True, draws=3, generator=generator)
+        z = trace.z_in.double().numpy()
+        U = trace.subspaces.double().numpy()
+        before = _numpy_rate(_numpy_norm(z, block.norm1), U, 0.01)
+        np.testing.assert_allclose(response.before.numpy(), before, rtol=1e-10)
+        for name, delta in directions.items():
+            for draw, step in enumerate(delta.numpy()):
+
+                def change(t: float, step=step, z=z, norm=block.norm1, U=U, before=before) -> np.ndarray:
+                    return _numpy_rate(_numpy_norm(z + t * step, norm), U, 0.01) - before
+
+                for index, fraction in enumerate(fractions):
+                    np.testing.assert_allclose(
+                        response.change[name][index, draw].numpy(), change(fraction), rtol=1e-7, atol=1e-9
+                    )
+                h = 1e-5
+                central = (change(h) - change(-h)) / (2 * h)
+                np.testing.assert_allclose(response.slope[name][draw].numpy(), central, rtol=1e-4, atol=1e-6)
+
+
+def test_the_negated_slope_is_minus_the_trained_one_and_summaries_keep_the_draws_spread() -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10).eval()
+    layers = compression_responses(model.blocks, trace_model(model, _images(4)))
+    summary = summarise_responses(layers)
+    for layer in range(4):
+        assert summary["negated"]["slope"][layer] == pytest.approx(-summary["trained"]["slope"][layer], rel=1e-9)
+        assert summary["trained"]["change_spread"][layer] == [None] * 4  # one direction, no draws
+        spread = summary["shared_null"]["change_spread"][layer]
+        per_draw = layers[layer].change["shared_null"][-1].mean(-1)
+        assert per_draw.numel() == NULL_DRAWS
+        assert spread[-1] == pytest.approx(float(per_draw.std()))
+
+
+def test_the_theory_step_is_the_paper_s_formula_and_lowers_rc_at_small_steps() -> None:
+    """Tokens near two orthogonal subspaces; the step against the paper's formula written with tokens as columns,
+    Z - kappa gamma sum_k U_k U_k^T Z + kappa gamma^2 sum_k U_k (U_k^T Z) softmax((U_k^T Z)^T (U_k^T Z) / sqrt(p)),
+    which lowers R^c at 1% and 5% of the step and raises it when flipped."""
+    rng = np.random.default_rng(0)
+    d, p, K, N, kappa_gamma, eps = 8, 4, 2, 16, 0.1, 0.5
+    U = np.linalg.qr(rng.standard_normal((d, d)))[0].reshape(d, K, p).transpose(1, 0, 2)
+    Z = np.stack([U[n % K] @ rng.standard_normal(p) for n in range(N)], axis=1) + 0.3 * rng.standard_normal((d, N))
+    gamma = p / (N * eps**2)
+    columns = Z.copy()
+    maps = []
+    for k in range(K):
+        W = U[k].T @ Z  # (p, N)
+        scores = W.T @ W / np.sqrt(p)
+        softmax = np.exp(scores - scores.max(0)) / np.exp(scores - scores.max(0)).sum(0)  # over each column
+        maps.append(softmax.T)  # rows sum to 1: the model's layout
+        columns += -kappa_gamma * U[k] @ U[k].T @ Z + kappa_gamma * gamma * U[k] @ W @ softmax
+    step = theory_step(torch.tensor(Z.T)[None], torch.tensor(U), torch.tensor(np.stack(maps))[None], kappa_gamma, eps)
+    np.testing.assert_allclose(step[0].numpy(), (columns - Z).T, rtol=1e-12, atol=1e-12)
+    rows = torch.tensor(Z.T)[None]
+    for convention, rate_eps in (("paper", 0.5), ("official", 0.01)):
+
+        def rate(t: float, rate_eps: float = rate_eps, convention: str = convention) -> float:
+            return float(compression_rate(rows + t * step, torch.tensor(U), rate_eps, convention)[0])
+
+        assert rate(0.01) < rate(0.0) and rate(0.05) < rate(0.0), convention
+        assert rate(-0.01) > rate(0.0), convention
 
 
 def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_model_itself() -> None:

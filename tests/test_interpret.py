@@ -296,8 +296,13 @@ def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Pat
         assert controls["random_init"]["init_seeds"] == [0, 1, 2]
         for key in ("layerwise", "attention", "seeds", "segmentation", "geometry"):
             assert key in controls["random_init"], key
-        for name in ("Rc_after_attention_negated", "Rc_after_attention_theory_step"):
-            assert len(controls["compression"]["official"][name]) == 4
+        compression = controls["compression"]["official"]
+        assert compression["fractions"] == [0.01, 0.05, 0.25, 1.0] and compression["draws"] == 8
+        for name in ("trained", "negated", "mean_removed", "shared_null", "iid_null"):
+            assert len(compression[name]["change"]) == len(compression[name]["slope"]) == 4
+            assert all(len(change) == 4 and all(map(math.isfinite, change)) for change in compression[name]["change"])
+        has_steps = result["shared_query_key"]  # the subspace steps only where the model has U_[K]
+        assert all((slope is not None) == has_steps for slope in compression["theory_step"]["slope"]), label
         assert controls["uniform_map"]["redundancy"] == pytest.approx(1.0)
     crate_result = metrics["crate_nano_patch4_32.digits"]
     assert crate_result["shared_query_key"] and not metrics["vit_nano_patch4_32"]["shared_query_key"]
@@ -317,7 +322,7 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     pngs = sorted(report.glob("*.png"))
     assert len(pngs) == 4 + 3 * 6  # three models
     expected_sizes = {
-        "layerwise.png": (1600, 720),  # a second row: each model beside its controls
+        "layerwise.png": (1800, 1150),  # rows two and three: each model beside its controls, full step and slope
         "lenses.png": (1800, 340),
         "seeds.png": (1100, 340),
         "probe.png": (500, 340),
@@ -331,7 +336,8 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
             if png.name in expected_sizes:
                 assert image.size == expected_sizes[png.name]
     assert "0 by construction" in text  # CRATE's symmetric PSD kernel is not presented as a finding
-    for control in ("random init", "update negated", "theory step", "uniform map", "(random init)"):
+    controls = ("random init", "update negated", "shared null", "i.i.d. null", "theory step", "uniform map")
+    for control in (*controls, "(random init)", "beyond the shared-vector null"):
         assert control in text, control  # every figure beside its controls
 
 
@@ -395,33 +401,40 @@ def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
 
 def test_the_layerwise_figure_draws_each_model_beside_its_controls() -> None:
     """From the committed CIFAR-10 report's numbers: a panel per model with the attention step's change of
-    R^c trained, untrained, with the update negated and as the theory's step, each curve the numbers'
-    difference; layer axes ticked at whole layers."""
-    from crate.interpret.plots import layerwise_figure
+    R^c trained, untrained and along every control's direction at full step, and a panel of the slopes at 0,
+    each curve the numbers themselves; layer axes ticked at whole layers."""
+    from crate.interpret.plots import CONTROL_STYLES, layerwise_figure
 
     results = json.loads((REPO / "docs" / "interpret_cifar10" / "metrics.json").read_text())
     figure = layerwise_figure(results)
-    panels = [axis for axis in figure.axes if "after - before" in axis.get_title()]
-    assert len(panels) == len(results)
-    for axis, (label, result) in zip(panels, results.items(), strict=True):
-        assert label in axis.get_title()
-        lines = {
-            line.get_label(): line.get_ydata() for line in axis.get_lines() if not line.get_label().startswith("_")
-        }
+    full_panels = [axis for axis in figure.axes if "after - before" in axis.get_title()]
+    slope_panels = [axis for axis in figure.axes if "slope at t = 0" in axis.get_title()]
+    assert len(full_panels) == len(slope_panels) == len(results)
+    labels = {name: label for name, label, *_ in CONTROL_STYLES}
+    for full, slopes, (label, result) in zip(full_panels, slope_panels, results.items(), strict=True):
+        assert label in full.get_title() and label in slopes.get_title()
         curves = result["layerwise"]["official"]
         before = np.array(curves["Rc_before_attention"])
         initial = result["controls"]["random_init"]["layerwise"]["official"]
-        compression = result["controls"]["compression"]["official"]
-        expected = {
+        summary = result["controls"]["compression"]["official"]
+        expected_full = {
             "trained": np.array(curves["Rc_after_attention"]) - before,
             "untrained (3 init seeds)": np.array(initial["Rc_after_attention"])
             - np.array(initial["Rc_before_attention"]),
-            "trained update negated": np.array(compression["Rc_after_attention_negated"]) - before,
         }
-        if result["shared_query_key"]:  # a theory step only where there are subspaces U_[K] (not the ViT)
-            expected["theory step (U_[K] output)"] = np.array(compression["Rc_after_attention_theory_step"]) - before
-        assert lines.keys() == expected.keys()
-        for name, values in expected.items():
-            np.testing.assert_allclose(lines[name], values)
-        ticks = axis.get_xticks()
-        assert np.all(ticks == np.round(ticks))
+        expected_slopes = {"trained": np.array(summary["trained"]["slope"])}
+        for name, label_of in labels.items():
+            if summary[name]["slope"][0] is None:  # no subspace steps for the ViT
+                assert not result["shared_query_key"] and name in ("theory_step", "subspace_output")
+                continue
+            expected_full[label_of] = np.array([change[-1] for change in summary[name]["change"]])
+            expected_slopes[label_of] = np.array(summary[name]["slope"])
+        for axis, expected in ((full, expected_full), (slopes, expected_slopes)):
+            lines = {
+                line.get_label(): line.get_ydata() for line in axis.get_lines() if not line.get_label().startswith("_")
+            }
+            assert lines.keys() == expected.keys()
+            for name, values in expected.items():
+                np.testing.assert_allclose(lines[name], values)
+            ticks = axis.get_xticks()
+            assert np.all(ticks == np.round(ticks))

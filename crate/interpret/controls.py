@@ -5,8 +5,10 @@
   is the first thing built after ``seed_everything``); every figure of :func:`evaluate_model` but accuracy
   and probes, averaged over the seeds. A figure that a random model reaches as well says nothing about what
   training learned.
-- **compression controls** (``crate.metrics.controls``): the attention update negated, and the theory's step
-  (output projection replaced by U_[K] at the trained update's norm).
+- **compression controls** (``crate.metrics.controls``): the change of R^c along the trained attention update,
+  the update negated, without its token mean, two matched-norm nulls (a random vector shared by all tokens,
+  i.i.d. noise per token), the heads' outputs through U_[K] and the theory's MSSA step with its shrink term,
+  each at step fractions 1%, 5%, 25% and 100% and as a slope at 0 (the first-order effect).
 - **uniform map**: head redundancy and top-k mass of a uniform attention map (each row 1/N), what those two
   lenses give for a model that attends to nothing in particular.
 """
@@ -22,8 +24,9 @@ import torch
 from torch import nn
 
 from crate.layers.trace import BlockTrace
-from crate.metrics import COMPRESSION_CONTROLS, compression_controls, transformer_blocks
-from crate.metrics.functional import default_eps
+from crate.metrics import compression_responses, summarise_responses, transformer_blocks
+from crate.metrics.controls import NULL_DRAWS, NULL_SEED, THEORY_STEP_SIZE
+from crate.metrics.functional import PAPER_EPS, default_eps
 
 from .lenses import head_redundancy, top_k_mass
 
@@ -86,15 +89,16 @@ def mean_of(results: list[Any]) -> Any:
 
 @torch.no_grad()
 def compression_control_curves(model: nn.Module, traces: list[BlockTrace], eps: dict[str, float]) -> dict[str, Any]:
-    """Per convention, per control of ``COMPRESSION_CONTROLS``: the per-layer means (None without maps), from
-    the model's traces (with attention maps) that its own figures were read from."""
+    """Per convention, the summary of :func:`crate.metrics.controls.summarise_responses` (per direction, per
+    layer: the change at each step fraction, its spread over the nulls' draws, the slope at 0), from the
+    model's traces (with attention maps) that its own figures were read from."""
     blocks = transformer_blocks(model)
     curves: dict[str, Any] = {}
     for convention in ("official", "paper"):
-        values = compression_controls(blocks, traces, eps.get(convention, default_eps(convention)), convention)
-        curves[convention] = {
-            name: [None if v is None else float(v.mean()) for v in values[name]] for name in COMPRESSION_CONTROLS
-        }
+        layers = compression_responses(blocks, traces, eps.get(convention, default_eps(convention)), convention)
+        settings = {"draws": NULL_DRAWS, "seed": NULL_SEED}
+        settings.update(theory_step_size=THEORY_STEP_SIZE, theory_eps=PAPER_EPS)
+        curves[convention] = dict(summarise_responses(layers), **settings)
     return curves
 
 

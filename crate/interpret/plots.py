@@ -48,15 +48,44 @@ def _values(values: list | None) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values or []], dtype=float)
 
 
+# The compression controls drawn beside the trained step: (direction, label, marker, colour, line style).
+CONTROL_STYLES = (
+    ("negated", "trained update negated", "v", "C3", "--"),
+    ("mean_removed", "update without its token mean", "P", "C1", ":"),
+    ("shared_null", "null: shared random vector (same norm)", "x", "C4", "-"),
+    ("iid_null", "null: i.i.d. noise (same norm)", "+", "C5", "-"),
+    ("theory_step", "theory's MSSA step (with shrink)", "^", "C2", "-."),
+    ("subspace_output", "heads' outputs through U_[K] (same norm)", "*", "C8", ":"),
+)
+
+
+def _full_step(summary: dict[str, Any], name: str, key: str = "change") -> np.ndarray:
+    index = summary["fractions"].index(1.0)
+    return _values([None if c is None or c[index] is None else c[index] for c in summary[name][key]])
+
+
+def _control_curves(axis: Any, summary: dict[str, Any], x: np.ndarray, slope: bool) -> None:
+    """The controls' curves of one panel: full-step changes, or slopes at 0; the nulls with their spread."""
+    for name, label, marker, color, line in CONTROL_STYLES:
+        values = _values(summary[name]["slope"]) if slope else _full_step(summary, name)
+        if not np.isfinite(values).any():  # not defined for this model (no subspaces U_[K], no maps)
+            continue
+        spread = _values(summary[name]["slope_spread"]) if slope else _full_step(summary, name, "change_spread")
+        axis.plot(x, values, marker=marker, color=color, linestyle=line, label=label, markersize=5)
+        if np.isfinite(spread).any():  # the nulls' standard deviation over their draws
+            axis.errorbar(x, values, yerr=spread, fmt="none", ecolor=color, capsize=3)
+
+
 def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: str = "official") -> None:
     """The attention step's change of R^c per layer (after minus before; below 0: compressed), trained,
-    beside its controls: the same architecture at initialisation, the trained update negated, and the
-    theory's step (the update's output projection replaced by U_[K], at the update's norm)."""
+    beside its controls: the same architecture at initialisation and the directions of
+    ``crate.metrics.controls`` (the update negated and without its token mean, the matched-norm nulls with
+    their spread over draws, the theory's step), each at its full step."""
     curves = result["layerwise"][convention]
     before, after = _values(curves["Rc_before_attention"]), _values(curves["Rc_after_attention"])
     x = _layers(before)
     axis.axhline(0.0, color="gray", linewidth=0.8)
-    axis.plot(x, after - before, marker="o", color="C0", label="trained")
+    axis.plot(x, after - before, marker="o", color="C0", linewidth=2, label="trained")
     controls = result.get("controls") or {}
     initial = controls.get("random_init") or {}
     initial_curves = initial.get("layerwise", {}).get(convention, {})  # the mean over the init seeds
@@ -67,28 +96,34 @@ def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: s
             x, init_change, marker="s", color="C7",
             label=f"untrained ({len(seeds)} init seeds)" if seeds else "untrained",
         )  # fmt: skip
-    compression = (controls.get("compression") or {}).get(convention, {})
-    for key, name, style in (
-        ("Rc_after_attention_negated", "trained update negated", ("v", "C3", "--")),
-        ("Rc_after_attention_theory_step", "theory step (U_[K] output)", ("^", "C2", "-.")),
-    ):
-        if key.endswith("theory_step") and not result.get("shared_query_key", True):
-            continue  # no subspaces U_[K] (ViT, CRATE-MHSA): the theory has no step to draw
-        change = _values(compression.get(key)) - before if compression.get(key) else np.array([])
-        if np.isfinite(change).any():  # none for a model without attention maps (ToST's theory step)
-            marker, color, line = style
-            axis.plot(x, change, marker=marker, color=color, linestyle=line, label=name)
-    _layer_axis(axis, f"{label}\nR^c after - before attention ({convention})")
+    summary = (controls.get("compression") or {}).get(convention)
+    if summary:
+        _control_curves(axis, summary, x, slope=False)
+    _layer_axis(axis, f"{label}\nfull step: R^c after - before attention ({convention})")
+
+
+def _slopes_panel(axis: Any, label: str, result: dict[str, Any], convention: str = "official") -> None:
+    """d/dt R^c(LN(Z + t delta) | U) at t = 0 per layer for the trained update and the controls' directions:
+    the first-order effect (below 0: compresses at small steps)."""
+    summary = ((result.get("controls") or {}).get("compression") or {}).get(convention)
+    if not summary:
+        axis.set_axis_off()
+        return
+    x = _layers(summary["before"])
+    axis.axhline(0.0, color="gray", linewidth=0.8)
+    axis.plot(x, _values(summary["trained"]["slope"]), marker="o", color="C0", linewidth=2, label="trained")
+    _control_curves(axis, summary, x, slope=True)
+    _layer_axis(axis, f"{label}\nslope at t = 0 of R^c(LN(Z + t delta)) ({convention})")
 
 
 def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
     """Top row: R^c before/after each attention step (official and paper conventions, measured on what the
     attention sees), the raw residual stream's R^c, and the sparsity of the sparse code; per layer, per
-    model. Bottom row, one panel per model: the step's change of R^c beside the untrained model, the
-    negated update and the theory's step (the controls the report reads it against)."""
+    model. Second row, one panel per model: the step's change of R^c beside the untrained model and the
+    compression controls at full step; third row: the same directions' slopes at 0 (first order)."""
     columns = max(4, len(results))
-    figure = Figure(figsize=(4 * columns, 7.2), layout="constrained")
-    axes = figure.subplots(2, columns, squeeze=False)
+    figure = Figure(figsize=(4.5 * columns, 11.5), layout="constrained")
+    axes = figure.subplots(3, columns, squeeze=False)
     top = axes[0]
     panels = (
         ("official", "Rc", "R^c(LN Z | U^l), official (eps 0.01)"),
@@ -120,7 +155,9 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
         axis.set_axis_off()
     for axis, (label, result) in zip(axes[1], results.items(), strict=False):
         _controls_panel(axis, label, result)
-    for axis in axes[1][len(results) :]:
+    for axis, (label, result) in zip(axes[2], results.items(), strict=False):
+        _slopes_panel(axis, label, result)
+    for axis in [*axes[1][len(results) :], *axes[2][len(results) :]]:
         axis.set_axis_off()
     return figure
 

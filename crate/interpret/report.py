@@ -17,9 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from crate.metrics import trace_model
+from crate.metrics import full_step, trace_model
 
 from . import plots
+from .compression_table import NULL_MARGIN, compression_controls_table, compression_verdict
 from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
 from .segmentation import attention_masks, foreground_patches
@@ -118,8 +119,8 @@ def _falls(before: list[float], after: list[float | None]) -> str:
 
 
 def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
-    """The trained figure, then its controls where the result has them: the same architecture at its
-    initialisation, the attention update negated and the theory's step (see crate.interpret.controls)."""
+    """The trained figure, then the same architecture at its initialisation and the update negated, where the
+    result has controls (the other directions are in the compression-controls table)."""
     curves = result["layerwise"][convention]
     before = curves[f"{stem}_before_attention"]
     cell = "trained " + _falls(before, curves[f"{stem}_after_attention"])
@@ -129,13 +130,15 @@ def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
     initial = controls["random_init"]["layerwise"][convention]
     cell += "; random init " + _falls(initial[f"{stem}_before_attention"], initial[f"{stem}_after_attention"])
     if stem == "Rc":
-        steps = controls["compression"][convention]
-        cell += "; update negated " + _falls(before, steps["Rc_after_attention_negated"])
-        if result.get("shared_query_key", True):
-            cell += "; theory step " + _falls(before, steps["Rc_after_attention_theory_step"])
-        else:  # the "step" would map the values' outputs back through the query projection: no theory's step
-            cell += "; theory step - (no shared subspaces U_[K] to step along)"
+        summary = controls["compression"][convention]
+        negated = [b + c for b, c in zip(summary["before"], full_step(summary, "negated"), strict=True)]
+        cell += "; update negated " + _falls(summary["before"], negated)
     return cell
+
+
+def _verdict_row(result: dict[str, Any], convention: str) -> str:
+    controls = result.get("controls")
+    return "n/a (no controls)" if controls is None else compression_verdict(controls["compression"][convention])
 
 
 def _with_init(result: dict[str, Any], cell: Callable[[dict[str, Any]], str]) -> str:
@@ -215,6 +218,8 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         "parameters": lambda r: f"{r['parameters']:,}",
         "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
         "R^c(LN Z \\| U) across attention, paper (eps 0.5)": lambda r: _compression_row(r, "paper", "Rc"),
+        "compression against its controls, official": lambda r: _verdict_row(r, "official"),
+        "compression against its controls, paper": lambda r: _verdict_row(r, "paper"),
         "R^c of the raw stream Z across attention, paper": lambda r: _compression_row(r, "paper", "Rc_raw"),
         "sparsity (fraction of exact zeros) per layer": sparsity,
         "kernel asymmetry of J S J (mean)": lambda r: _kernel_cell(r, "asymmetry"),
@@ -280,6 +285,29 @@ def write_report(
     return results
 
 
+def _controls_text(results: dict[str, dict[str, Any]]) -> str:
+    """How the compression-controls table is read, with the settings the numbers were computed with."""
+    summary = next((r["controls"]["compression"]["official"] for r in results.values() if r.get("controls")), None)
+    if summary is None:
+        return "No controls were computed (`--no-controls`)."
+    fractions = ", ".join(f"{f:g}" for f in summary["fractions"])
+    return (
+        "Change of R^c(LN(Z + t delta) | U) - R^c(LN Z | U), official convention, one layer's update changed at a"
+        f" time, at t = 1 (full step) and, in brackets, its slope at t = 0 by autograd (the first-order effect, the"
+        " one the theory's \"a gradient step lowers R^c\" claims); the trained update's change per unit step at"
+        f" t = {fractions}. Directions: the trained update Delta; negated; without its token mean (own norm); a"
+        " Gaussian vector shared by all tokens and i.i.d. Gaussian noise, both at ||Delta||_F per image"
+        f" ({summary['draws']} draws, generator seed {summary['seed']}; mean ± standard deviation over the draws);"
+        " the theory's MSSA step with its shrink term, kappa gamma (gamma sum_k A_k W_k U_k^T - sum_k W_k U_k^T),"
+        f" W_k = LN(Z) U_k, the model's own maps A_k, gamma = p/(N eps^2) with eps = {summary['theory_eps']} and"
+        f" kappa gamma = {summary['theory_step_size']} (at its own size, given in square brackets); and the heads'"
+        " outputs through U_[K] at ||Delta||_F (no shrink term). The last two exist only where the attention"
+        " scores one shared projection U_[K] (not a ViT, whose U is its query projection, nor ToST)."
+        f" A fall counts as beyond the shared null when it is below the null's mean minus {NULL_MARGIN:g} sd.\n\n"
+        + "\n".join(f"- `{label}`: {_verdict_row(r, 'official')}." for label, r in results.items())
+    )
+
+
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
     settings = next(iter(results.values()))["rate_settings"]
@@ -303,9 +331,8 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "- Controls (`controls` in metrics.json): every figure read from the traces is also given for the same"
         " architecture at its initialisation (`random init`: built with the same arguments under seeds 0, 1, 2,"
         " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"
-        " compression figure also with the attention update negated and with the theory's step (the update"
-        " with its output projection replaced by U_[K], scaled to the trained update's norm); head redundancy"
-        " and top-k mass also for a uniform attention map. A figure a control reaches as well is not a finding.",
+        " compression figure also along the controls' directions (next section); head redundancy and top-k"
+        " mass also for a uniform attention map. A figure a control reaches as well is not a finding.",
         "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
         " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
         " the official convention it equals their code's figure). For a ViT, U is its query projection."
@@ -322,6 +349,12 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "## Layer-wise white-box curves",
         "",
         "![layerwise](layerwise.png)",
+        "",
+        "## Compression against its controls",
+        "",
+        _controls_text(results),
+        "",
+        compression_controls_table(results),
         "",
         "## Lenses on attention",
         "",

@@ -33,13 +33,19 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         model_name: a model with ``forward_mae`` (the zoo's ``crate_mae_*``).
         num_classes: linked from the DataModule by the CLI and not used (pretraining has no labels; the
             checkpoint holds no head).
-        in_chans, img_size: linked from the DataModule.
+        in_chans: linked from the DataModule.
+        img_size: linked from the DataModule.
         model_kwargs: further constructor arguments (``decoder_depth``: the model's released pretraining
             depth when not given).
         mask_ratio: share of the patches masked per image (exactly ``int(N (1 - mask_ratio))`` kept).
         norm_pix_loss: normalise each target patch to mean 0, variance 1 (MAE's choice).
-        optimizer, lr, min_lr_ratio, weight_decay, betas, layer_decay, warmup_epochs: as ImageClassifier's
-            (``crate.lit.optimization``); betas (0.9, 0.95) as in MAE.
+        optimizer: a timm optimizer name, as ImageClassifier's (``crate.lit.optimization``).
+        lr: peak learning rate after warmup.
+        min_lr_ratio: final learning rate as a fraction of ``lr``.
+        weight_decay: decoupled weight decay on weight matrices.
+        betas: the betas of Adam-like optimizers; (0.9, 0.95) as in MAE.
+        layer_decay: layer-wise learning-rate decay, None for none.
+        warmup_epochs: linear warmup length in epochs, then cosine decay per step.
         figure_images: how many validation images the reconstruction figure shows (0: no figure).
     """
 

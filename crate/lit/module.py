@@ -40,10 +40,13 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
 
     Args:
         model_name: a timm model name, e.g. ``crate_nano_patch4_32`` or ``resnet18``.
-        num_classes, in_chans, img_size: linked from the DataModule by ``train.py``.
+        num_classes: linked from the DataModule by ``train.py``.
+        in_chans: linked from the DataModule by ``train.py``.
+        img_size: linked from the DataModule by ``train.py``.
         model_kwargs: further keyword arguments of the model constructor (e.g. ``drop_rate``).
         optimizer: a timm optimizer name (``timm.optim.list_optimizers()``): ``adamw``, ``lion``, ...
-        lr: peak learning rate after warmup; min_lr_ratio: final learning rate as a fraction of it.
+        lr: peak learning rate after warmup.
+        min_lr_ratio: final learning rate as a fraction of ``lr``.
         lr_base_size: when set, ``lr`` is the peak at this global batch size, scaled to the run's (e.g. 128:
             a recipe tuned at batch 128 on a CPU, run at batch 512 on a GPU); None: ``lr`` as given.
         lr_base_scale: how ``lr`` follows the batch size: ``sqrt`` (Adam-like optimizers) or ``linear``.
@@ -55,8 +58,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
         ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
             validation and test use the average.
-        mixup_alpha, cutmix_alpha: Beta parameters of Mixup and CutMix (0 disables each); mixup_prob:
-            the share of batches mixed.
+        mixup_alpha: Beta parameter of Mixup (0 disables it).
+        cutmix_alpha: Beta parameter of CutMix (0 disables it).
+        mixup_prob: the share of batches mixed.
         grad_checkpointing: recompute activations in the backward pass (less memory, more compute),
             for models with ``set_grad_checkpointing`` (all of the zoo and timm's transformers).
         compile: compile the model's forward with ``torch.compile`` when training starts (the first steps

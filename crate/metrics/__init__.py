@@ -6,13 +6,13 @@ Per-layer quantities are read from one trace of the model (``trace_model``); ``l
 
 from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
-from .controls import COMPRESSION_CONTROLS, compression_controls
+from .controls import DIRECTIONS, compression_responses, full_step, summarise_responses
 from .layerwise import MONITORED, QUANTITIES, LayerwiseRates, layerwise_values, series
 from .top1_accuracy import Top1Accuracy
 from .trace import trace_model, transformer_blocks
 
 __all__ = [
-    "COMPRESSION_CONTROLS",
+    "DIRECTIONS",
     "MONITORED",
     "QUANTITIES",
     "CodingRate",
@@ -20,7 +20,9 @@ __all__ = [
     "LayerwiseRates",
     "SparseRateReduction",
     "Top1Accuracy",
-    "compression_controls",
+    "compression_responses",
+    "full_step",
+    "summarise_responses",
     "Sparsity",
     "functional",
     "layerwise_values",

@@ -1,0 +1,153 @@
+"""``make controls-table``: the compression controls of every shipped CIFAR-10 weight file, beside its random init.
+
+    .venv/bin/python benchmarks/controls_table.py                  # docs/controls_cifar10.md and .json
+    .venv/bin/python benchmarks/controls_table.py --tags crate_nano_patch4_32.cifar10 --images 32 --out /tmp/c.md
+
+For each tag: the weights through timm (``pretrained=True``), ``--images`` validation images of the data its
+run held out (a class-mixed seeded sample, the tag's own evaluation transform; ``--data.root`` where the
+folder has moved), one trace, and ``crate.metrics.controls``: the change of R^c across each attention step
+along the trained update, the update negated and without its token mean, the matched-norm nulls (a vector
+shared by all tokens, i.i.d. noise; 8 draws), the theory's MSSA step with its shrink term and the heads'
+outputs through U_[K], at step fractions 1%, 5%, 25%, 100% and as slopes at 0; the same for the architecture
+at the initialisation its recipe trains from (seed 0). No training: the shipped files are what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from timing import REPO
+
+import crate  # noqa: F401  (registers the zoo)
+from crate.interpret.compression_table import compression_controls_table, compression_verdict
+from crate.interpret.controls import compression_control_curves, initialised
+from crate.interpret.loading import load_data, load_run, resolve_data
+from crate.metrics import trace_model
+
+TAGS = (
+    "crate_nano_patch4_32.cifar10",
+    "crate_micro_patch4_32.cifar10",
+    "crate_alpha_nano_patch4_32.cifar10",
+    "crate_alpha_micro_patch4_32.cifar10",
+    "vit_nano_patch4_32.cifar10",
+    "vit_micro_patch4_32.cifar10",
+    "tost_nano_patch4_32.cifar10",
+)
+EPS = {"official": 0.01, "paper": 0.5}
+
+
+def controls_of(model: torch.nn.Module, images: torch.Tensor) -> dict[str, Any]:
+    """The compression-control summaries (both conventions) of ``model`` on ``images``."""
+    with torch.no_grad():
+        traces = trace_model(model.eval(), images)
+    return compression_control_curves(model, traces, EPS)
+
+
+def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    model, recorded = load_run(tag, None)
+    data = load_data(resolve_data(None, recorded, overrides), model, limit=images)
+    sample = data.val_images[:images]
+    return {
+        "data": data.name,
+        "images": len(sample),
+        "trained": controls_of(model, sample),
+        "random_init": controls_of(initialised(model, 0), sample),
+    }
+
+
+def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, date: str) -> str:
+    first = next(iter(results.values()))
+    verdicts = []
+    for tag, result in results.items():
+        for which in ("trained", "random_init"):
+            label = tag if which == "trained" else f"{tag} (random init)"
+            verdicts.append(f"- `{label}`: {compression_verdict(result[which]['official'])}.")
+    as_report = {
+        (tag if which == "trained" else f"{tag} (random init)"): {"controls": {"compression": result[which]}}
+        for tag, result in results.items()
+        for which in ("trained", "random_init")
+    }
+    settings = first["trained"]["official"]
+    return "\n".join(
+        [
+            "# The compression controls of the shipped CIFAR-10 weights",
+            "",
+            f"Written by `{command}` in {minutes:.1f} minutes ({date}), on {first['images']}"
+            f" validation images of {first['data']} (a class-mixed seeded sample, each tag's own transform),"
+            " official convention (eps 0.01); every number, both conventions, is in the JSON beside this file."
+            " Each tag is followed by its architecture at the initialisation its recipe trains from (seed 0).",
+            "",
+            "Each cell is the change of R^c(LN(Z + t delta) | U) - R^c(LN Z | U) across one attention step, one layer"
+            " changed at a time, at t = 1 and (in brackets) its slope at t = 0 by autograd. Directions: the trained"
+            " update Delta; negated; without its token mean; a Gaussian vector shared by all tokens and i.i.d."
+            f" Gaussian noise at ||Delta||_F per image ({settings['draws']} draws, seed {settings['seed']}; mean ±"
+            " sd over draws); the theory's MSSA step with its shrink term (kappa gamma ="
+            f" {settings['theory_step_size']}, gamma = p/(N eps^2), eps = {settings['theory_eps']}, its own size in"
+            " square brackets); the heads' outputs through U_[K] at ||Delta||_F. See crate.metrics.controls.",
+            "",
+            "## Verdicts (official convention)",
+            "",
+            *verdicts,
+            "",
+            "## Per layer",
+            "",
+            compression_controls_table(as_report),
+            "",
+        ]
+    )
+
+
+def rendered_from_json(out: Path) -> str:
+    """The markdown of ``out`` from the measurements saved beside it (``<out>.json``)."""
+    saved_path = out.with_suffix(".json")
+    if not saved_path.is_file():
+        raise SystemExit(f"controls_table.py: no saved measurements at {saved_path}; run the table first")
+    saved = json.loads(saved_path.read_text())
+    return markdown(saved["results"], saved["command"], saved["minutes"], saved["date"])
+
+
+def _overrides(rest: list[str]) -> dict[str, Any]:
+    if len(rest) % 2 or any(not key.startswith("--data.") for key in rest[::2]):
+        raise SystemExit(f"controls_table.py: unrecognized arguments {rest} (data settings: --data.KEY VALUE)")
+    return {key[len("--data.") :]: value for key, value in zip(rest[::2], rest[1::2], strict=True)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tags", nargs="+", default=list(TAGS), help="shipped tags (default: every CIFAR-10 one)")
+    parser.add_argument("--images", type=int, default=256, help="validation images (class-mixed sample)")
+    parser.add_argument("--out", default=str(REPO / "docs" / "controls_cifar10.md"))
+    parser.add_argument("--from-json", action="store_true", help="rewrite <out> from <out>.json, measuring nothing")
+    args, rest = parser.parse_known_args()
+    out = Path(args.out)
+    if args.from_json:
+        out.write_text(rendered_from_json(out))
+        print(f"rewritten {out} from {out.with_suffix('.json')}")
+        return
+    overrides = _overrides(rest)
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    results = {}
+    for tag in args.tags:
+        try:
+            results[tag] = measure_tag(tag, args.images, overrides)
+        except (FileNotFoundError, ValueError) as err:
+            raise SystemExit(f"controls_table.py: {tag}: {err}") from None
+        print(f"{tag}: {compression_verdict(results[tag]['trained']['official'])}", flush=True)
+    minutes = (time.perf_counter() - start) / 60
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python", "benchmarks/controls_table.py", *sys.argv[1:]])
+    saved = {"command": command, "minutes": minutes, "date": time.strftime("%Y-%m-%d"), "results": results}
+    out.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
+    out.write_text(rendered_from_json(out))
+    print(f"{minutes:.1f} minutes; written to {out} and {out.with_suffix('.json').name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""``make docs-tables``: every results table of the README and the docs, written from the committed files.
+
+    .venv/bin/python scripts/docs_tables.py           # rewrite what is stale
+    .venv/bin/python scripts/docs_tables.py --check   # exit 1 naming each stale file, write nothing
+
+What it writes, and from what:
+- the shipped tags (README.md, docs/checkpoints.md, between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``)
+  from ``results/results-<dataset>.csv`` (``make results``: each tag measured through timm on its split) and
+  each tag's card (``checkpoints/<tag>.json``: parameters, epochs);
+- the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
+- the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
+  (``benchmarks/controls_table.py --from-json``).
+The tests run ``--check``: a committed table that differs from what this writes fails them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))  # the table scripts import their siblings
+
+__all__ = ["REPO", "main", "rendered", "shipped_rows", "tags_table"]
+
+DATASET_NAMES = {"digits": "digits (scikit-learn's 8x8 images)", "cifar10": "CIFAR-10 (val 5,000)"}
+
+
+def shipped_rows() -> list[dict[str, str]]:
+    """One row per shipped tag, from the results CSVs (best top-1 first within a data set), with the card's
+    parameters and epochs."""
+    rows = []
+    for path in sorted((REPO / "results").glob("results-*.csv")):
+        dataset = path.stem.removeprefix("results-")
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                card_path = REPO / "checkpoints" / f"{row['model']}.json"
+                card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+                rows.append(dict(row, dataset=dataset, parameters=card.get("parameters"), epochs=card.get("epochs")))
+    return rows
+
+
+def tags_table(rows: list[dict[str, str]], full: bool, card_prefix: str | None) -> str:
+    """Markdown of the shipped tags; ``card_prefix`` links each card (None: the card's path as code)."""
+    head = "| tag | data | parameters | epochs | top-1 | " + ("top-5 | img size | " if full else "") + "card |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        card = f"checkpoints/{row['model']}.md"
+        card_cell = f"[card]({card_prefix}{row['model']}.md)" if card_prefix is not None else f"`{card}`"
+        parameters = f"{row['parameters']:,}" if isinstance(row["parameters"], int) else f"{row['param_count']} M"
+        cells = [f"`{row['model']}`", DATASET_NAMES.get(row["dataset"], row["dataset"]), parameters]
+        cells += [str(row["epochs"] or "-"), f"{float(row['top1']):.2f}"]
+        if full:
+            cells += [f"{float(row['top5']):.2f}", row["img_size"]]
+        lines.append("| " + " | ".join([*cells, card_cell]) + " |")
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, name: str, body: str, path: Path) -> str:
+    pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(\n<!-- /table:{name} -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"docs_tables.py: {path} has no <!-- table:{name} --> ... <!-- /table:{name} --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+
+
+def rendered() -> dict[Path, Callable[[], str]]:
+    """Each generated file and how to write it now."""
+    import controls_table
+    import zoo_table
+
+    rows = shipped_rows()
+
+    def with_tags(path: Path, name: str, full: bool, card_prefix: str | None) -> Callable[[], str]:
+        return lambda: _replace_block(path.read_text(), name, tags_table(rows, full, card_prefix), path)
+
+    files: dict[Path, Callable[[], str]] = {
+        REPO / "README.md": with_tags(REPO / "README.md", "shipped-tags", False, "checkpoints/"),
+        REPO / "docs" / "checkpoints.md": with_tags(REPO / "docs" / "checkpoints.md", "shipped-tags", True, None),
+    }
+    for table in sorted((REPO / "docs").glob("zoo_table*.md")):
+        if table.with_suffix(".json").is_file():
+            files[table] = lambda table=table: zoo_table.rendered_from_json(table)
+    controls = REPO / "docs" / "controls_cifar10.md"
+    files[controls] = lambda: controls_table.rendered_from_json(controls)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale file")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, render in rendered().items():
+        text = render()
+        if path.is_file() and path.read_text() == text:
+            continue
+        stale.append(path.relative_to(REPO))
+        if not args.check:
+            path.write_text(text)
+    if args.check and stale:
+        print("stale tables (run make docs-tables): " + ", ".join(map(str, stale)), file=sys.stderr)
+        return 1
+    print("rewritten: " + (", ".join(map(str, stale)) if stale else "nothing, every table is current"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The front door: the README stays short and its commands name what exists, the docs site builds strictly,
+and every generated table is what its command writes from the committed files."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import docs_tables  # noqa: E402
+
+README = REPO / "README.md"
+PLACEHOLDERS = re.compile(r"^(DIR|PATH|RUN|NAME|OUT|CKPT)\b|[A-Z]{3,}|\$")
+
+
+def _bash_lines(text: str) -> list[str]:
+    """The commands of the ```bash blocks, continuation lines joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    assert len(README.read_text().splitlines()) <= 200
+
+
+def test_every_readme_command_names_targets_files_and_modules_that_exist() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.M))
+    commands = _bash_lines(README.read_text())
+    assert len(commands) >= 10
+    checked = 0
+    for command in commands:
+        words = shlex.split(command)
+        if words[0] == "make":
+            assert words[1] in targets, command
+            checked += 1
+        for index, word in enumerate(words):
+            if word == "-m":
+                module = words[index + 1]
+                assert (REPO / Path(*module.split("."))).with_suffix(".py").is_file() or (
+                    REPO / Path(*module.split(".")) / "__main__.py"
+                ).is_file(), command
+                checked += 1
+            elif re.search(r"\.(ya?ml|py|sbatch)$", word) and not PLACEHOLDERS.search(word):
+                assert (REPO / word.removeprefix(".venv/bin/python ")).is_file(), (word, command)
+                checked += 1
+    assert checked >= 20
+
+
+def test_every_readme_train_command_parses_with_its_settings(tmp_path: Path) -> None:
+    """Each train.py line of the README, placeholders given real values, passes LightningCLI's parser
+    (``--print_config`` stops before anything runs): every key and value the README shows exists."""
+    from conftest import run_in_process
+
+    fills = {"DIR": str(tmp_path), "PATH.ckpt": str(tmp_path / "x.ckpt"), "/data/imagenet": str(tmp_path)}
+    runs = [c for c in _bash_lines(README.read_text()) if "train.py" in c and "torchrun" not in c]
+    assert len(runs) >= 6
+    for command in runs:
+        words = shlex.split(command)
+        args = [fills.get(w, w) for w in words[words.index("train.py") + 1 :]]
+        if "--print_config" not in args:
+            args.append("--print_config")
+        result = run_in_process(*args)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        assert "model_name" in result.stdout, command  # the printed config
+
+
+def test_the_shipped_tags_table_is_the_results_csvs() -> None:
+    """Independent of the generator: every row of results/*.csv is one row of the README's table, with its
+    top-1 to two decimals, and the table holds nothing else."""
+    text = README.read_text()
+    block = text.split("<!-- table:shipped-tags -->")[1].split("<!-- /table:shipped-tags -->")[0]
+    rows = [line for line in block.strip().splitlines()[2:]]
+    expected = {}
+    for path in (REPO / "results").glob("results-*.csv"):
+        with path.open(newline="") as handle:
+            expected.update({row["model"]: float(row["top1"]) for row in csv.DictReader(handle)})
+    assert len(rows) == len(expected) > 10
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        tag = cells[0].strip("`")
+        assert float(cells[4]) == pytest.approx(expected[tag], abs=0.005), tag
+        assert (REPO / "checkpoints" / f"{tag}.md").is_file()
+
+
+def test_every_generated_table_is_what_its_command_writes() -> None:
+    assert docs_tables.main(["--check"]) == 0
+
+
+def test_the_check_names_a_stale_table_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    stale = tmp_path / "table.md"
+    stale.write_text("old\n")
+    monkeypatch.setattr(docs_tables, "REPO", tmp_path)
+    monkeypatch.setattr(docs_tables, "rendered", lambda: {stale: lambda: "new\n"})
+    assert docs_tables.main(["--check"]) == 1
+    assert "table.md" in capsys.readouterr().err and stale.read_text() == "old\n"
+    assert docs_tables.main([]) == 0 and stale.read_text() == "new\n"
+
+
+def test_a_file_without_its_table_block_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no <!-- table:shipped-tags -->"):
+        docs_tables._replace_block("no markers here", "shipped-tags", "| x |", tmp_path / "README.md")
+
+
+def test_the_docs_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:
+    """mkdocs --strict: a broken link, a page outside the navigation or a docstring griffe cannot read fails."""
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    result = subprocess.run(
+        [str(mkdocs), "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "WARNING" not in result.stderr, result.stderr[-3000:]
+    assert (tmp_path / "site" / "api" / "index.html").is_file()
+    assert "compression_responses" in (tmp_path / "site" / "api" / "index.html").read_text()
