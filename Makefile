@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
-.PHONY: setup lock train test test-fast lint clean checkpoints results report report-cifar10 controls-table bench zoo-table attention-scaling \
+.PHONY: setup lock train test test-fast lint clean docs docs-tables checkpoints results report report-cifar10 controls-table bench zoo-table attention-scaling \
 	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy step-overhead gpu-carry
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -114,6 +114,16 @@ report-cifar10: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 \
 	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
+
+# The documentation site (mkdocs-material, API reference by mkdocstrings) into site/: strict, so a broken link,
+# a page outside the navigation or a docstring griffe cannot read fails; the generated tables must be current.
+docs: $(STAMP)
+	$(PY) scripts/docs_tables.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Every results table of the README and docs, rewritten from the committed CSV/JSON files.
+docs-tables: $(STAMP)
+	$(PY) scripts/docs_tables.py
 
 # The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10 weight
 # file beside its random init (docs/controls_cifar10.md and .json; a few minutes).

@@ -238,7 +238,7 @@ def has_subspace_steps(name: str, in_chans: int, img_size: int) -> bool:
 RERENDERED = (
     "\n\nRe-rendered by `python benchmarks/zoo_table.py{dataset} --from-json` from the measurements saved in"
     " `{json}` (no retraining; their trained weights were not kept). Runs measured before the matched-norm nulls and"
-    " slopes of crate.metrics.controls carry only the update negated and the heads' outputs through U_[K] (the"
+    " slopes of crate.metrics.controls carry at most the update negated and the heads' outputs through U_[K] (the"
     ' column once named "theory step"); their other control cells read "-", and the heads-through-U cell is "-" for'
     " members without one shared projection U_[K] (ViTs, ToST, CRATE-MHSA, MSSA-SH). The nulls and slopes of the"
     " shipped CIFAR-10 weights are in docs/controls_cifar10.md."

@@ -62,10 +62,10 @@ def tags_table(rows: list[dict[str, str]], full: bool, card_prefix: str | None) 
 
 
 def _replace_block(text: str, name: str, body: str, path: Path) -> str:
-    pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(\n<!-- /table:{name} -->)", re.S)
+    pattern = re.compile(rf"(<!-- table:{name} -->\n)(?:.*?\n)?(<!-- /table:{name} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"docs_tables.py: {path} has no <!-- table:{name} --> ... <!-- /table:{name} --> block")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def rendered() -> dict[Path, Callable[[], str]]:

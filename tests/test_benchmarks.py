@@ -136,12 +136,19 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
     cells = {name: [c.strip() for c in line.split("|")[2:-1]] for name, line in rows.items()}
     assert cells["vit_nano_patch4_32"][4] == "1.00x"  # the twin against itself
     assert cells["tost_nano_patch4_32"][5:7] == ["n/a (n/a)", "n/a (n/a)"]  # TSSA: no attention maps
-    assert not cells["crate_nano_patch4_32"][8].startswith("n/a") and cells["vit_nano_patch4_32"][8] == "n/a (n/a)"
-    assert "n/a" not in cells["crate_nano_patch4_32"][7]  # trained, init, negated and theory step
+    assert not cells["crate_nano_patch4_32"][10].startswith("n/a") and cells["vit_nano_patch4_32"][10] == "n/a (n/a)"
+    # trained (init; negated; shared null; heads through U_[K]): every one for CRATE, no subspace step for the ViT
+    assert "n/a" not in cells["crate_nano_patch4_32"][7] and "-" not in cells["crate_nano_patch4_32"][7].split("(")[1]
+    assert cells["vit_nano_patch4_32"][7].endswith("; -)") and cells["vit_nano_patch4_32"][8].endswith("(-)")
+    assert cells["crate_nano_patch4_32"][8].count("(") == 1 and "-)" not in cells["crate_nano_patch4_32"][8][-3:]
+    beyond, first_order = (float(v) for v in cells["crate_nano_patch4_32"][9].split(","))
+    assert 0 <= beyond <= 4 and 0 <= first_order <= 4
     summary = json.loads(out.with_suffix(".json").read_text())
     runs = summary["results"]["crate_nano_patch4_32"]["runs"]
     assert [run["seed"] for run in runs] == [0, 1] and all(0 <= run["accuracy"] <= 1 for run in runs)
     assert runs[0]["rc_change_init"] != runs[0]["rc_change"] and runs[0]["epoch_seconds"] > 0
+    for key in ("rc_change_shared_null", "rc_change_mean_removed", "rc_slope", "rc_slope_theory_step"):
+        assert isinstance(runs[0][key], float), key
     assert "Spread: mean seed std" in out.read_text()
 
     # a second call reads the finished runs back instead of training them again
@@ -150,6 +157,10 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path) -> No
     )
     assert again.returncode == 0 and "val/acc" not in again.stdout, again.stderr[-2000:]
     assert json.loads(out.with_suffix(".json").read_text())["results"]["crate_nano_patch4_32"]["runs"] == runs
+    # and the table re-renders from its JSON alone, to the same rows
+    import zoo_table
+
+    assert all(row in zoo_table.rendered_from_json(out) for row in rows.values())
 
 
 def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path) -> None:
@@ -313,3 +324,31 @@ def test_time_to_accuracy_names_the_recipes_when_a_model_has_none(tmp_path: Path
     with pytest.raises(SystemExit):
         time_to_accuracy.main()
     assert "invalid choice: 'gpu'" in capsys.readouterr().err
+
+
+def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_from_json(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Two shipped CIFAR-10 tags on a small stand-in folder: every direction per layer, the subspace steps
+    only for CRATE, the random init differs from the trained weights, and the file renders again from its
+    JSON to the same text."""
+    import controls_table
+    from test_tensor_store import write_folder
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    out = tmp_path / "controls.md"
+    argv = ["controls_table.py", "--tags", "crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"]
+    argv += ["--images", "8", "--out", str(out), "--data.root", str(tmp_path / "images")]
+    monkeypatch.setattr(sys, "argv", argv)
+    controls_table.main()
+    saved = json.loads(out.with_suffix(".json").read_text())["results"]
+    crate_summary = saved["crate_nano_patch4_32.cifar10"]["trained"]["official"]
+    vit_summary = saved["vit_nano_patch4_32.cifar10"]["trained"]["official"]
+    assert len(crate_summary["before"]) == 4 and crate_summary["draws"] == 8
+    assert all(slope is not None for slope in crate_summary["theory_step"]["slope"])
+    assert all(slope is None for slope in vit_summary["theory_step"]["slope"])
+    init = saved["crate_nano_patch4_32.cifar10"]["random_init"]["official"]
+    assert init["trained"]["slope"] != crate_summary["trained"]["slope"]
+    text = out.read_text()
+    assert "`crate_nano_patch4_32.cifar10 (random init)`" in text and text.count("| `vit_nano") == 8
+    assert controls_table.rendered_from_json(out) == text

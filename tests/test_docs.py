@@ -77,6 +77,10 @@ def test_every_readme_train_command_parses_with_its_settings(tmp_path: Path) -> 
         result = run_in_process(*args)
         assert result.returncode == 0, (command, result.stderr[-2000:])
         assert "model_name" in result.stdout, command  # the printed config
+    mistyped = run_in_process(
+        "fit", "--config", "configs/crate_nano_digits.yaml", "--trainer.max_epoch", "1", "--print_config"
+    )
+    assert mistyped.returncode == 2  # the check can fail: a key that does not exist is refused before printing
 
 
 def test_the_shipped_tags_table_is_the_results_csvs() -> None:
@@ -131,3 +135,13 @@ def test_the_docs_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:
     assert "WARNING" not in result.stderr, result.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "index.html").is_file()
     assert "compression_responses" in (tmp_path / "site" / "api" / "index.html").read_text()
+
+
+def test_every_relative_link_and_picture_of_the_readme_exists() -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [t for t in targets if not t.startswith(("http://", "https://"))]
+    assert len(local) >= 10
+    missing = [t for t in local if not (REPO / t).exists() and "checkpoints/" not in t]
+    assert not missing, missing
+    cards = [t for t in local if t.startswith("checkpoints/")]
+    assert cards and all((REPO / t).is_file() for t in cards), cards
