@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/attention_scaling.py --tokens 64 256 --repeats 3 --out /tmp/scaling
 
 One layer of width d = 384 with 6 heads (CRATE-T's) on a batch of one sequence of N tokens, fp32, for:
-softmax MSSA (CRATE's attention, the reference), TSSA (ToST), linear kernel attention (elu + 1) and
+softmax MSSA (CRATE's attention, the reference), TSSA (ToST), CBSA (CBT: 8 x 8 representatives, the authors'
+pooling, which takes any N), linear kernel attention (elu + 1) and
 Attention-SH (half the heads on keys and values pooled by 2), plus timm's softmax attention, the layout
 the linear and SH layers share (three projections where MSSA and TSSA have one). At each N the layers are
 timed interleaved, medians of the repeats, and reported as a ratio to softmax MSSA at the same N
@@ -27,12 +28,13 @@ from timing import REPO
 from timm.layers import Attention
 from torch import nn
 
-from crate.layers import MSSA, TSSA, AttentionSH, LinearKernelAttention
+from crate.layers import CBSA, MSSA, TSSA, AttentionSH, LinearKernelAttention
 
 DIM, HEADS = 384, 6
 LAYERS: dict[str, Callable[[], nn.Module]] = {
     "softmax MSSA": lambda: MSSA(DIM, HEADS),
     "TSSA": lambda: TSSA(DIM, HEADS, qkv_bias=True),
+    "CBSA (64 representatives)": lambda: CBSA(DIM, HEADS),
     "linear (elu+1)": lambda: LinearKernelAttention(DIM, num_heads=HEADS, qkv_bias=True),
     "Attention-SH": lambda: AttentionSH(DIM, num_heads=HEADS, qkv_bias=True),
     "softmax (timm Attention)": lambda: Attention(DIM, num_heads=HEADS, qkv_bias=True),

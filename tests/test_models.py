@@ -15,6 +15,7 @@ ZOO = sorted(
     set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))
     | {"crate_mae_nano_patch4_32"}
     | {"vit_nano_patch4_32", "vit_micro_patch4_32", "tost_nano_patch4_32", "tost_cab_tiny_12_p16"}
+    | {"cbt_nano_patch4_32", "cbt_tiny_patch16_224"}
     | set(timm.list_models("vit_nano_patch4_32_*"))
 )
 

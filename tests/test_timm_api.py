@@ -18,8 +18,10 @@ VARIANTS = set(timm.list_models("vit_nano_patch4_32_*")) | set(timm.list_models(
 TOST = {"tost_nano_patch4_32", "tost_cab_tiny_12_p16", "tost_cab_tiny_12_p8"}
 # CRATE-MAE: the CPU-scale member and the smallest reference size (the others: test_crate_mae.py)
 MAE = {"crate_mae_nano_patch4_32", "crate_mae_tiny_patch16_224"}
+# CBT: the CPU-scale member (the patch-token pooling) and CBT-T at both patch sizes (the authors' pooling)
+CBT = {"cbt_nano_patch4_32", "cbt_tiny_patch16_224", "cbt_tiny_patch8_224"}
 CRATE = set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))
-ZOO = sorted(CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST | MAE)
+ZOO = sorted(CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST | MAE | CBT)
 
 
 def _small_size(name: str) -> int:

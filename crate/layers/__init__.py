@@ -1,6 +1,7 @@
 """Pure torch building blocks of the zoo."""
 
-from .conv_stem import ConvStem
+from .cbsa import CBSA
+from .conv_stem import ConvStem, ConvStemTokens
 from .head_attention import HeadAttention
 from .ista import ISTA, OvercompleteISTA
 from .kernel_attention import (
@@ -29,6 +30,7 @@ from .tssa import TSSA
 __all__ = [
     "KERNELS",
     "TSSA",
+    "CBSA",
     "AttentionBN",
     "AttentionBNSH",
     "AttentionSH",
@@ -36,6 +38,7 @@ __all__ = [
     "BlockTrace",
     "ConvPatchEmbed",
     "ConvStem",
+    "ConvStemTokens",
     "HeadAttention",
     "ISTA",
     "KernelAttention",

@@ -8,7 +8,7 @@ from torch import nn
 
 from .patch_embed import check_image_input
 
-__all__ = ["ConvStem"]
+__all__ = ["ConvStem", "ConvStemTokens"]
 
 
 class ConvStem(nn.Module):
@@ -50,9 +50,19 @@ class ConvStem(nn.Module):
             layers.append(conv3x3(width, out, 2))
             width = out
         self.proj = nn.Sequential(*layers)
+        self.strict_img_size = True  # False: any size divisible by the patch size
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        check_image_input(x, self.in_chans, self.img_size)
+        check_image_input(x, self.in_chans, self.img_size if self.strict_img_size else None)
         x = self.proj(x)
         grid = (x.shape[2], x.shape[3])
         return x.flatten(2).transpose(1, 2), grid
+
+
+class ConvStemTokens(ConvStem):
+    """The same stem returning the tokens (B, N, d) alone, as the CRATE class takes a patch embedding (CBT's
+    stem)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        check_image_input(x, self.in_chans, self.img_size if self.strict_img_size else None)
+        return self.proj(x).flatten(2).transpose(1, 2)

@@ -8,6 +8,7 @@ from . import functional
 from .coding_rate import CodingRate, CompressionRate, SparseRateReduction, Sparsity
 from .controls import DIRECTIONS, compression_responses, full_step, summarise_responses
 from .layerwise import MONITORED, QUANTITIES, LayerwiseRates, layerwise_values, series
+from .simdino import simdino_loss
 from .top1_accuracy import Top1Accuracy
 from .trace import trace_model, transformer_blocks
 
@@ -27,6 +28,7 @@ __all__ = [
     "functional",
     "layerwise_values",
     "series",
+    "simdino_loss",
     "trace_model",
     "transformer_blocks",
 ]

@@ -1,6 +1,7 @@
 """timm-registered architectures of the zoo, one family per file; importing registers them."""
 
 from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
+from .cbt import cbt_block
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
@@ -14,6 +15,7 @@ from .vit import ViTTwin
 __all__ = [
     "CRATE",
     "CRATE_VARIANTS",
+    "cbt_block",
     "Checkpoint",
     "CheckpointError",
     "CrateAlphaBlock",

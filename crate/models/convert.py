@@ -7,6 +7,8 @@ Layouts:
   ``mlp_head.{0,1}``. Patches are flattened in (p1 p2 c) order, as in :class:`crate.layers.PatchEmbed`.
   The authors' demo file (``crate-demo.pth``) has one more ``head`` (768 -> 21,842) which its model's
   ``forward`` never calls (it returns ``mlp_head``'s 768 outputs): it is left out.
+- CBT (QishuaiWen/CBSA, ``CBSA_image_classification``): ``to_patch_embedding.proj.*`` (XCiT's stem),
+  ``transformer.layers.{i}.0.fn.{proj,step_x,step_rep,to_out}``, otherwise the official CRATE names;
 - CRATE-alpha PyTorch (UCSC-VLAA/CRATE-alpha): ``conv1``, ``pos_embedding`` (with or without the batch
   axis), ``transformer.layers.{i}.0.fn.{qkv,to_out.0}``, ``transformer.layers.{i}.1.fn.{D,D1}``, ``mlp_head``.
 - a Lightning checkpoint of :class:`crate.lit.ImageClassifier` (keys under ``model.``);
@@ -55,7 +57,9 @@ def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def detect_layout(state_dict: Mapping[str, Any]) -> str:
-    """``crate_official``, ``crate_alpha_official`` or ``timm`` (the zoo's own)."""
+    """``cbt_official``, ``crate_official``, ``crate_alpha_official`` or ``timm`` (the zoo's own)."""
+    if any(k.startswith("to_patch_embedding.proj.") for k in state_dict):
+        return "cbt_official"
     if any(k.startswith("to_patch_embedding.") for k in state_dict):
         return "crate_official"
     if "conv1.weight" in state_dict and any(re.match(r"transformer\.layers\.\d+\.1\.fn\.D1?$", k) for k in state_dict):
@@ -92,6 +96,14 @@ _OFFICIAL_ALPHA_LAYER = {
     "1.norm.bias": "norm2.bias",
     "1.fn.D": "ista.dictionary",
     "1.fn.D1": "ista.output_dictionary",
+}
+_OFFICIAL_CBT_LAYER = {
+    **{k: v for k, v in _OFFICIAL_CRATE_LAYER.items() if not k.startswith("0.fn.")},
+    "0.fn.proj.weight": "attn.qkv.weight",
+    "0.fn.step_x": "attn.step_x",
+    "0.fn.step_rep": "attn.step_rep",
+    "0.fn.to_out.weight": "attn.proj.weight",
+    "0.fn.to_out.bias": "attn.proj.bias",
 }
 _OFFICIAL_ALPHA_TOP = {"conv1.weight": "patch_embed.proj.weight", "conv1.bias": "patch_embed.proj.bias"}
 _SHARED_TOP = {
@@ -193,6 +205,9 @@ def to_zoo_layout(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return _rename(state_dict, _OFFICIAL_CRATE_TOP, _OFFICIAL_CRATE_LAYER)
     if layout == "crate_alpha_official":
         return _rename(state_dict, _OFFICIAL_ALPHA_TOP, _OFFICIAL_ALPHA_LAYER)
+    if layout == "cbt_official":  # the stem's modules keep their names under patch_embed
+        stem = {k: "patch_embed." + k[len("to_patch_embedding.") :] for k in state_dict if k.startswith("to_patch_")}
+        return _rename(state_dict, stem, _OFFICIAL_CBT_LAYER)
     return state_dict
 
 
