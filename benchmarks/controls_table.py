@@ -38,6 +38,7 @@ TAGS = (
     "vit_nano_patch4_32.cifar10",
     "vit_micro_patch4_32.cifar10",
     "tost_nano_patch4_32.cifar10",
+    "cbt_nano_patch4_32.cifar10",
 )
 EPS = {"official": 0.01, "paper": 0.5}
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_shipped_tag_is_found() -> None:
     shipped = {p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.safetensors")}
-    assert set(shipped_tags()) == shipped and len(shipped) == 13
+    assert set(shipped_tags()) == shipped and len(shipped) == 14
 
 
 def test_results_csv_counts_top1_and_top5_as_numpy_does(tmp_path: Path, capsys) -> None:

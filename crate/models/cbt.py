@@ -32,6 +32,7 @@ from crate.layers import CBSA, ConvStemTokens
 from crate.layers.cbsa import RepPool
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg, crate_cfg
+from .shipped import cifar10_cfg
 
 __all__ = ["cbt_block"]
 
@@ -55,10 +56,13 @@ _SIZES: dict[str, dict[str, int]] = {
     "large": dict(embed_dim=1024, depth=24, num_heads=16),
 }
 
+_NANO_CFG = cpu_cfg(first_conv="patch_embed.proj.0.0")
+
 default_cfgs = generate_default_cfgs(
     {
         **{f"cbt_{size}_patch{patch}_224": _cfg() for size in _SIZES for patch in (16, 8)},
-        "cbt_nano_patch4_32": cpu_cfg(first_conv="patch_embed.proj.0.0"),
+        "cbt_nano_patch4_32.cifar10": cifar10_cfg("cbt_nano_patch4_32", _NANO_CFG),
+        "cbt_nano_patch4_32.*": _NANO_CFG,
     }
 )
 
