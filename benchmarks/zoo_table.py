@@ -230,9 +230,8 @@ def spread_line(results: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def has_subspace_steps(name: str, in_chans: int, img_size: int) -> bool:
+def has_subspace_steps(model: torch.nn.Module) -> bool:
     """Whether every attention of the member scores one shared projection U_[K] (the theory's step exists)."""
-    model = create_classifier(name, num_classes=10, in_chans=in_chans, img_size=img_size)
     return all(getattr(block.attn, "shared_query_key", False) for block in model.blocks)
 
 
@@ -256,7 +255,9 @@ def rendered_from_json(out: Path) -> str:
     saved.setdefault("dataset", "digits")  # tables written before the CIFAR-10 one name no data set
     chans, size = (3, 32) if saved["dataset"] == "cifar10" else (1, 16)
     for name, result in saved["results"].items():
-        result["subspace_steps"] = has_subspace_steps(name, chans, size)
+        result["subspace_steps"] = has_subspace_steps(
+            create_classifier(name, num_classes=10, in_chans=chans, img_size=size)
+        )
     old = out.read_text() if out.is_file() else f"# The zoo side by side on {saved['dataset']}\n\n| model"
     header = old[: old.index("\n\n| model")].split("\n\nRe-rendered ")[0]
     header = header.replace(
@@ -306,9 +307,8 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     for name in args.members:
         chans, size = (3, 32) if cifar else (1, 16)
-        params = sum(
-            p.numel() for p in create_classifier(name, num_classes=10, in_chans=chans, img_size=size).parameters()
-        )
+        member = create_classifier(name, num_classes=10, in_chans=chans, img_size=size)
+        params = sum(p.numel() for p in member.parameters())
         runs = [run for run in done.get(name, {}).get("runs", []) if run["seed"] in args.seeds]
         for seed in args.seeds:
             if any(run["seed"] == seed for run in runs):
@@ -323,7 +323,7 @@ def main() -> None:
         results[name] = {
             "params": params,
             "throughput_ratio": ratios[name],
-            "subspace_steps": has_subspace_steps(name, chans, size),
+            "subspace_steps": has_subspace_steps(member),
             "runs": sorted(runs, key=lambda r: r["seed"]),
         }
     minutes = (time.perf_counter() - start) / 60

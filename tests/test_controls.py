@@ -266,3 +266,33 @@ def test_the_random_init_control_is_the_shipped_run_s_own_starting_weights(tmp_p
         assert torch.equal(value, start[key]), key
     trained = shipped.state_dict()
     assert not torch.equal(trained["head.weight"].float(), start["head.weight"])  # the file is not the start
+
+
+def test_layer_verdicts_count_what_a_hand_made_summary_says() -> None:
+    """Two layers written out by hand: layer 0 falls (-5) beyond the shared null (-2 ± 1: -5 < -2 - 2 x 1) with a
+    negative slope; layer 1 falls (-3) but not beyond its null (-2 ± 1), its slope and the theory's positive."""
+    from crate.interpret.compression_table import compression_verdict, layer_verdicts
+
+    def entry(full: list[float], spread: list[float | None] | None = None, slope: list[float] | None = None) -> dict:
+        return {
+            "change": [[0.0, value] for value in full],
+            "change_spread": [[None, s] for s in (spread or [None, None])],
+            "slope": slope or [0.0, 0.0],
+        }
+
+    summary = {
+        "fractions": [0.5, 1.0],
+        "before": [10.0, 10.0],
+        "trained": entry([-5.0, -3.0], slope=[-1.0, 2.0]),
+        "shared_null": entry([-2.0, -2.0], spread=[1.0, 1.0]),
+        "mean_removed": entry([1.0, -1.0]),
+        "theory_step": entry([-1.0, -1.0], slope=[-0.5, 0.5]),
+    }
+    keys = ("falls", "beyond_shared_null", "first_order", "without_token_mean", "theory_first_order")
+    assert layer_verdicts(summary) == [
+        dict(zip(keys, (True, True, True, False, True), strict=True)),
+        dict(zip(keys, (True, False, False, True, False), strict=True)),
+    ]
+    sentence = compression_verdict(summary)
+    assert "lowers R^c in 2/2 layers" in sentence and "null (its mean - 2 sd) in 1/2" in sentence
+    assert "first order (slope < 0) in 1/2" in sentence and "MSSA step lowers it at first order in 1/2" in sentence

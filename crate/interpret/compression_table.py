@@ -10,18 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from crate.metrics.controls import DIRECTIONS, NULLS, full_step
+
 __all__ = ["NULL_MARGIN", "compression_controls_table", "compression_verdict", "layer_verdicts"]
 
 NULL_MARGIN = 2.0
-
-
-def _at(values: list[Any] | None, index: int) -> Any:
-    return None if values is None else values[index]
-
-
-def _full(entry: dict[str, Any], layer: int, fractions: list[float], key: str = "change") -> float | None:
-    changes = entry[key][layer]
-    return None if changes is None else changes[fractions.index(1.0)]
 
 
 def _cell(value: float | None, spread: float | None = None, digits: int = 2) -> str:
@@ -34,19 +27,16 @@ def layer_verdicts(summary: dict[str, Any]) -> list[dict[str, bool | None]]:
     """Per layer: does the trained step fall at full step, fall beyond the shared null (below its mean minus
     ``NULL_MARGIN`` spreads), fall at first order (slope < 0), fall without its token mean; does the
     theory's step fall at first order (None where the model has no theory's step)."""
-    fractions = summary["fractions"]
+    trained, null = full_step(summary, "trained"), full_step(summary, "shared_null")
+    spreads, without_mean = full_step(summary, "shared_null", "change_spread"), full_step(summary, "mean_removed")
     verdicts = []
-    for layer in range(len(summary["before"])):
-        trained = _full(summary["trained"], layer, fractions)
-        null = _full(summary["shared_null"], layer, fractions)
-        spread = _full(summary["shared_null"], layer, fractions, "change_spread") or 0.0
-        theory = summary["theory_step"]["slope"][layer]
+    for layer, theory in enumerate(summary["theory_step"]["slope"]):
         verdicts.append(
             {
-                "falls": trained < 0,
-                "beyond_shared_null": trained < null - NULL_MARGIN * spread,
+                "falls": trained[layer] < 0,
+                "beyond_shared_null": trained[layer] < null[layer] - NULL_MARGIN * (spreads[layer] or 0.0),
                 "first_order": summary["trained"]["slope"][layer] < 0,
-                "without_token_mean": _full(summary["mean_removed"], layer, fractions) < 0,
+                "without_token_mean": without_mean[layer] < 0,
                 "theory_first_order": None if theory is None else theory < 0,
             }
         )
@@ -85,36 +75,30 @@ def compression_controls_table(results: dict[str, dict[str, Any]], convention: s
     )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, summary in summaries.items():
+        full = {name: full_step(summary, name) for name in DIRECTIONS}
+        spread = {name: full_step(summary, name, "change_spread") for name in NULLS}
+        trained, theory = summary["trained"], summary["theory_step"]
         for layer, before in enumerate(summary["before"]):
-            trained = summary["trained"]
             per_unit = " · ".join(_cell(c / f) for c, f in zip(trained["change"][layer], fractions, strict=True))
-
-            def full(name: str, spread: bool = False, layer: int = layer, summary: dict = summary) -> str:
-                entry = summary[name]
-                return _cell(
-                    _full(entry, layer, fractions),
-                    _full(entry, layer, fractions, "change_spread") if spread else None,
-                )
-
-            theory = summary["theory_step"]
             theory_cell = "-"
             if theory["slope"][layer] is not None:
                 theory_cell = (
-                    f"{full('theory_step')} ({_cell(theory['slope'][layer])}) [{theory['relative_norm'][layer]:.3f}]"
+                    f"{_cell(full['theory_step'][layer])} ({_cell(theory['slope'][layer])})"
+                    f" [{theory['relative_norm'][layer]:.3f}]"
                 )
             cells = [
                 f"`{label}`",
                 str(layer),
                 f"{before:.1f}",
                 f"{trained['relative_norm'][layer]:.2f}",
-                f"{full('trained')} ({_cell(trained['slope'][layer])})",
+                f"{_cell(full['trained'][layer])} ({_cell(trained['slope'][layer])})",
                 per_unit,
-                full("negated"),
-                full("mean_removed"),
-                full("shared_null", spread=True),
-                full("iid_null", spread=True),
+                _cell(full["negated"][layer]),
+                _cell(full["mean_removed"][layer]),
+                _cell(full["shared_null"][layer], spread["shared_null"][layer]),
+                _cell(full["iid_null"][layer], spread["iid_null"][layer]),
                 theory_cell,
-                full("subspace_output"),
+                _cell(full["subspace_output"][layer]),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

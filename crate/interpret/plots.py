@@ -10,6 +10,8 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
+from crate.metrics.controls import full_step
+
 __all__ = [
     "attention_figure",
     "coherence_figure",
@@ -59,18 +61,13 @@ CONTROL_STYLES = (
 )
 
 
-def _full_step(summary: dict[str, Any], name: str, key: str = "change") -> np.ndarray:
-    index = summary["fractions"].index(1.0)
-    return _values([None if c is None or c[index] is None else c[index] for c in summary[name][key]])
-
-
 def _control_curves(axis: Any, summary: dict[str, Any], x: np.ndarray, slope: bool) -> None:
     """The controls' curves of one panel: full-step changes, or slopes at 0; the nulls with their spread."""
     for name, label, marker, color, line in CONTROL_STYLES:
-        values = _values(summary[name]["slope"]) if slope else _full_step(summary, name)
+        values = _values(summary[name]["slope"] if slope else full_step(summary, name))
         if not np.isfinite(values).any():  # not defined for this model (no subspaces U_[K], no maps)
             continue
-        spread = _values(summary[name]["slope_spread"]) if slope else _full_step(summary, name, "change_spread")
+        spread = _values(summary[name]["slope_spread"] if slope else full_step(summary, name, "change_spread"))
         axis.plot(x, values, marker=marker, color=color, linestyle=line, label=label, markersize=5)
         if np.isfinite(spread).any():  # the nulls' standard deviation over their draws
             axis.errorbar(x, values, yerr=spread, fmt="none", ecolor=color, capsize=3)

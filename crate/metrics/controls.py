@@ -146,9 +146,10 @@ def update_directions(
 @dataclass
 class LayerResponse:
     """One layer's controls, per sample, float64: ``before`` (B,) is R^c(LN(Z) | U); per direction (None where
-    it does not exist) ``change`` (F, D, B) at each step fraction, ``slope`` (D, B) the derivative at t = 0 of
-    R^c(LN(Z + t delta) | U), ``relative_norm`` (D, B) = ||delta||_F / ||Z||_F."""
+    it does not exist) ``change`` (F, D, B) at each of the step ``fractions``, ``slope`` (D, B) the derivative
+    at t = 0 of R^c(LN(Z + t delta) | U), ``relative_norm`` (D, B) = ||delta||_F / ||Z||_F."""
 
+    fractions: tuple[float, ...]
     before: torch.Tensor
     change: dict[str, torch.Tensor | None]
     slope: dict[str, torch.Tensor | None]
@@ -208,7 +209,7 @@ def compression_responses(
             before = compression_rate(norm(z), U, eps, convention)
         subspace_steps = bool(getattr(getattr(block, "attn", None), "shared_query_key", False))
         directions = update_directions(trace, subspace_steps, draws, generator)
-        response = LayerResponse(before=before, change={}, slope={}, relative_norm={})
+        response = LayerResponse(fractions=tuple(fractions), before=before, change={}, slope={}, relative_norm={})
         z_norm = z.flatten(1).norm(dim=1)
         for name, delta in directions.items():
             if delta is None:
@@ -229,11 +230,12 @@ def _over_draws(per_draw: torch.Tensor) -> tuple[float, float | None]:
     return mean, (float(per_draw.std()) if per_draw.numel() > 1 else None)
 
 
-def summarise_responses(layers: list[LayerResponse], fractions: tuple[float, ...] = STEP_FRACTIONS) -> dict:
+def summarise_responses(layers: list[LayerResponse]) -> dict:
     """Per direction, per layer, means over the images (then mean and spread over the nulls' draws):
     ``change`` (per layer, a list over the step fractions), ``change_spread`` (None for one draw), ``slope``,
     ``slope_spread``, ``relative_norm``; all None for a direction the layer does not have. With ``before``
-    per layer and ``fractions``."""
+    per layer and the step ``fractions`` the responses were measured at."""
+    fractions = layers[0].fractions
     summary: dict = {"fractions": list(fractions), "before": [float(layer.before.mean()) for layer in layers]}
     for name in DIRECTIONS:
         entry: dict[str, list] = {key: [] for key in ("change", "change_spread", "slope", "slope_spread")}
@@ -255,9 +257,10 @@ def summarise_responses(layers: list[LayerResponse], fractions: tuple[float, ...
     return summary
 
 
-def full_step(summary: dict, name: str) -> list[float | None]:
-    """The per-layer change at the full step (fraction 1) of direction ``name`` in a summary."""
+def full_step(summary: dict, name: str, key: str = "change") -> list[float | None]:
+    """The per-layer value at the full step (fraction 1) of direction ``name`` in a summary: its ``change``,
+    or with ``key="change_spread"`` the spread of that change over the draws (None for one draw)."""
     if 1.0 not in summary["fractions"]:
         raise ValueError(f"the summary has no full step (fractions {summary['fractions']})")
     index = summary["fractions"].index(1.0)
-    return [None if change is None else change[index] for change in summary[name]["change"]]
+    return [None if values is None else values[index] for values in summary[name][key]]
