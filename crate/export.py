@@ -110,8 +110,14 @@ def _run_config(ckpt: Path) -> dict[str, Any]:
 def _card_markdown(card: dict[str, Any]) -> str:
     recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
     accuracy = card["val_accuracy"]
+    precision = str(card["recipe"].get("precision", "32-true"))
+    differs = (
+        ""
+        if precision.startswith("32")
+        else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
+    )
     accuracy_line = (
-        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out"
+        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out (float32{differs})"
         if accuracy is not None
         else f"not measured ({card['accuracy_note']})"
     )

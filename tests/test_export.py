@@ -56,6 +56,8 @@ def test_export_writes_a_loadable_file_and_an_honest_card(lightning_run, tmp_pat
     assert json.loads(out.with_suffix(".json").read_text()) == json.loads(json.dumps(card))
     markdown = out.with_suffix(".md").read_text()
     assert card["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest() and card["sha256"] in markdown
+    # the precision of the figure is said; a float32 run has no other precision to warn about
+    assert card["recipe"]["precision"] == "32-true" and "held out (float32)" in markdown
     assert card["parameters"] == sum(p.numel() for p in module.model.parameters())
     # The card's accuracy equals the accuracy of the trained module itself on the digits validation split.
     _, val = load_digits_tensors(img_size=32, in_chans=1)
@@ -196,3 +198,13 @@ def test_every_subpackage_is_packaged() -> None:
         "crate.checkpoints"
     }
     assert found == listed
+
+
+def test_a_card_of_a_bf16_run_says_validate_measures_in_bf16() -> None:
+    from crate.export import _card_markdown
+
+    card = json.loads((REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.json").read_text())
+    assert card["recipe"]["precision"] == "bf16-mixed"
+    line = next(line for line in _card_markdown(card).splitlines() if "measured on this file" in line)
+    assert "(float32; `train.py validate` measures in the run's precision (bf16-mixed)" in line
+    assert line in (REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.md").read_text()
