@@ -8,7 +8,9 @@
    and val accuracy from the run's ``metrics.csv``; ``epoch_s`` is the median epoch (validation included)
    after the first two (compilation).
 3. The export of the run's final weights (``crate.export``, float16, with its card and val accuracy, beside
-   the shipped file's), and the run's ``last.ckpt``.
+   the shipped file's), and the run's ``last.ckpt`` with its ``config.yaml`` as ``run/checkpoints/last.ckpt`` and
+   ``run/config.yaml``, so that ``crate.export`` can write the card again elsewhere (the config names the
+   precision and the seed).
 4. The bare compiled training step of crate_micro_patch4_32 on a batch already on the device (batch 512,
    bf16 autocast, fused AdamW, ``torch.compile`` with the GPU recipe's mode): ``bare_step_ms``, and
    ``loop_vs_bare_gpu``, the bare step's share of an epoch (steps an epoch x ``bare_step_ms`` / ``epoch_s``).
@@ -189,7 +191,10 @@ def main() -> None:
         write()
         last = run / "checkpoints" / "last.ckpt"
         if last.exists():
-            shutil.copyfile(last, out / f"{MODEL}.cifar10_gpu.ckpt")
+            (out / "run" / "checkpoints").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(last, out / "run" / "checkpoints" / "last.ckpt")
+            if (run / "config.yaml").is_file():
+                shutil.copyfile(run / "config.yaml", out / "run" / "config.yaml")
             exported = out / f"{MODEL}.cifar10_gpu.safetensors"
             export = [sys.executable, "-m", "crate.export", str(last), "--out", str(exported), "--dtype", "float16"]
             export += ["--train-command", shlex.join(["python", *train[1:]])]
@@ -216,7 +221,7 @@ def main() -> None:
         result["steps_per_epoch"] = steps
         result["loop_vs_bare_gpu"] = round(steps * result["bare_step_ms"] / 1000 / result["epoch_s"], 3)
     write()
-    shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (last.ckpt is in --out)
+    shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (last.ckpt and config.yaml are in --out/run)
     print(f"wrote {report} ({result['wall_s']} s)", flush=True)
 
 

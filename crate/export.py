@@ -114,6 +114,8 @@ def _card_markdown(card: dict[str, Any]) -> str:
     differs = (
         ""
         if precision.startswith("32")
+        else "; `train.py validate` measures in the run's precision, which this card cannot name"
+        if precision == UNKNOWN_RUN_SETTING
         else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
     )
     accuracy_line = (
@@ -147,6 +149,7 @@ def _card_markdown(card: dict[str, Any]) -> str:
 
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
 _RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
 _RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
 
@@ -275,11 +278,17 @@ def export_checkpoint(
         data = checkpoint.data_config or {}
         config = _run_config(ckpt)
         recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
+        if hp.get("lr_base_size"):  # lr is the rate at that batch size, scaled to the run's
+            recipe.update(lr_base_size=hp["lr_base_size"], lr_base_scale=hp.get("lr_base_scale", "sqrt"))
+            recipe["peak_lr"] = checkpoint.lightning.get("peak_lr")
         regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in model_kwargs}
         recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
         recipe.update(_flatten("data.", data.get("init_args") or {}))
-        recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"
-        recipe["seed"] = config.get("seed_everything")
+        if config:
+            recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"  # Lightning's default
+            recipe["seed"] = config.get("seed_everything")
+        else:  # a checkpoint moved out of its run folder: say so rather than guess
+            recipe["precision"] = recipe["seed"] = UNKNOWN_RUN_SETTING
         name = out.name[: -len(".safetensors")] if out is not None else hub.name
         weights = out if out is not None else hub / "model.safetensors"
         card = {

@@ -208,3 +208,19 @@ def test_a_card_of_a_bf16_run_says_validate_measures_in_bf16() -> None:
     line = next(line for line in _card_markdown(card).splitlines() if "measured on this file" in line)
     assert "(float32; `train.py validate` measures in the run's precision (bf16-mixed)" in line
     assert line in (REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.md").read_text()
+
+
+def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_precision(
+    lightning_run, tmp_path: Path
+) -> None:
+    """Without the run's config.yaml the precision and seed are unknown: the card says so instead of the
+    float32 default (a bf16 run moved out of its folder would otherwise be carded as float32)."""
+    from crate.export import UNKNOWN_RUN_SETTING
+
+    run, _ = lightning_run
+    moved = tmp_path / "moved.ckpt"
+    moved.write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
+    out = tmp_path / "crate_nano_patch4_32.moved.safetensors"
+    card = export_checkpoint(moved, out, train_command="python train.py fit ...", measure=False)
+    assert card["recipe"]["precision"] == UNKNOWN_RUN_SETTING and card["recipe"]["seed"] == UNKNOWN_RUN_SETTING
+    assert f"| precision | {UNKNOWN_RUN_SETTING} |" in out.with_suffix(".md").read_text()

@@ -41,7 +41,8 @@ def test_the_gpu_suite_s_dry_run_reports_every_step(tmp_path: Path) -> None:
         export["shipped_val_acc"]
         == json.loads((REPO / "checkpoints/crate_micro_patch4_32.cifar10.json").read_text())["val_accuracy"]
     )
-    assert (tmp_path / "crate_micro_patch4_32.cifar10_gpu.ckpt").is_file() and (tmp_path / "train.log").is_file()
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file() and (tmp_path / "train.log").is_file()
+    assert (tmp_path / "run" / "config.yaml").is_file()  # what export reads the precision and seed from
 
 
 def test_the_gpu_suite_refuses_to_run_its_real_steps_without_a_gpu(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 
 import crate  # noqa: F401
 from crate.lit import DigitsDataModule, ImageClassifier
+from crate.models.checkpoint import read_checkpoint
 
 
 def _fit(
@@ -225,14 +226,18 @@ def test_train_accuracy_is_each_epoch_s_accuracy_over_all_its_training_batches()
 
 
 @pytest.mark.parametrize(("scale", "factor"), [("sqrt", 2.0), ("linear", 4.0)])
-def test_lr_base_size_scales_the_peak_learning_rate_to_the_run_s_batch(scale: str, factor: float) -> None:
-    """lr 1e-3 given at batch 2, run at batch 8: 2e-3 by the square root, 4e-3 linearly (no warmup)."""
+def test_lr_base_size_scales_the_peak_learning_rate_to_the_run_s_batch(
+    scale: str, factor: float, tmp_path: Path
+) -> None:
+    """lr 1e-3 given at batch 2, run at batch 8: 2e-3 by the square root, 4e-3 linearly (no warmup); the
+    checkpoint reader reports that scaled peak, which export's card shows beside lr."""
     module = ImageClassifier(
         "crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, lr_base_size=2, lr_base_scale=scale
     )
     module.hparams.warmup_epochs = 0.0
     recorder = _RecordLR()
-    _fit(module, steps=1, callbacks=[recorder])
+    _fit(module, steps=1, callbacks=[recorder], path=tmp_path / "run.ckpt")
     assert recorder.lrs == pytest.approx([1e-3 * factor])
+    assert read_checkpoint(tmp_path / "run.ckpt").lightning["peak_lr"] == pytest.approx(1e-3 * factor)
     with pytest.raises(ValueError, match="lr_base_scale"):
         ImageClassifier("crate_nano_patch4_32", lr_base_size=128, lr_base_scale="cubic")

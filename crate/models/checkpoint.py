@@ -124,7 +124,18 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "epoch": int(loaded.get("epoch", -1)),
         "global_step": int(loaded.get("global_step", 0)),
         "module": loaded.get(MODULE_KEY),  # the LightningModule class that wrote it (None: older files)
+        "peak_lr": _peak_lr(loaded),
     }
+
+
+def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
+    """The learning rate the run's schedule started from (its first optimizer's ``initial_lr``): the ``lr``
+    hyperparameter, or that scaled to the run's batch where ``lr_base_size`` was set."""
+    for state in loaded.get("optimizer_states") or []:
+        for group in state.get("param_groups") or []:
+            if isinstance(group.get("initial_lr"), float):
+                return group["initial_lr"]
+    return None
 
 
 def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
