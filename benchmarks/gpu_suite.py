@@ -221,7 +221,7 @@ def main() -> None:
         result["steps_per_epoch"] = steps
         result["loop_vs_bare_gpu"] = round(steps * result["bare_step_ms"] / 1000 / result["epoch_s"], 3)
     write()
-    shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (last.ckpt and config.yaml are in --out/run)
+    shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (copies are in --out/run)
     print(f"wrote {report} ({result['wall_s']} s)", flush=True)
 
 
