@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,11 @@ import torch
 from timing import REPO
 
 import crate  # noqa: F401  (registers the zoo)
-from crate.interpret.compression_table import compression_controls_table, compression_verdict
+from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
 from crate.interpret.controls import compression_control_curves, initialised
 from crate.interpret.loading import load_data, load_run, resolve_data
 from crate.metrics import trace_model
+from crate.metrics.representatives import representative_compression
 
 TAGS = (
     "crate_nano_patch4_32.cifar10",
@@ -44,10 +46,15 @@ EPS = {"official": 0.01, "paper": 0.5}
 
 
 def controls_of(model: torch.nn.Module, images: torch.Tensor) -> dict[str, Any]:
-    """The compression-control summaries (both conventions) of ``model`` on ``images``."""
+    """The compression-control summaries (both conventions) of ``model`` on ``images``, and where the model has
+    CBSA, its representatives around their contraction step (paper convention)."""
     with torch.no_grad():
         traces = trace_model(model.eval(), images)
-    return compression_control_curves(model, traces, EPS)
+    summary = compression_control_curves(model, traces, EPS)
+    representatives = representative_compression(model, images, EPS["paper"], traces=traces)
+    if representatives:
+        summary["representatives"] = [asdict(r) for r in representatives]
+    return summary
 
 
 def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +82,26 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
         for which in ("trained", "random_init")
     }
     settings = first["trained"]["official"]
+    as_report_reps = {
+        tag: {
+            "representatives": result["trained"].get("representatives"),
+            "controls": {"random_init": {"representatives": result["random_init"].get("representatives")}},
+        }
+        for tag, result in results.items()
+    }
+    reps = representatives_table(as_report_reps)
+    reps_section = [
+        "## CBSA's representatives",
+        "",
+        "Where the attention is CBSA: the head-summed coding rate of its pooled representatives, sum_k 1/2"
+        " logdet(I + p/(M eps^2) reps_k^T reps_k) (paper convention, eps 0.5), before their contraction step, and"
+        " its change across the trained step, the step negated and the random init's step (seed 0; step_rep is"
+        " drawn at random there). Negative: the step compressed the representatives."
+        " See crate.metrics.representatives.",
+        "",
+        reps,
+        "",
+    ]
     return "\n".join(
         [
             "# The compression controls of the shipped CIFAR-10 weights",
@@ -100,6 +127,7 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
             "",
             compression_controls_table(as_report),
             "",
+            *(reps_section if reps else []),
         ]
     )
 

@@ -64,6 +64,7 @@ MEMBERS: dict[str, str] = {
     "crate_nano_patch4_32_sh": "CRATE, MSSA-SH",
     "crate_alpha_nano_patch4_32": "CRATE-alpha",
     "tost_nano_patch4_32": "ToST (TSSA)",
+    "vit_nano_patch4_32_cbsa": "ViT, CBSA attention",
     "cbt_nano_patch4_32": "CBT (CBSA + ISTA)",
     "crate_nano_patch4_32_mlp": "CRATE-MLP (MSSA + MLP)",
     "crate_nano_patch4_32_mhsa": "CRATE-MHSA (MHSA + ISTA)",

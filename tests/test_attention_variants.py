@@ -222,6 +222,7 @@ NEW_MODELS = [
     "vit_nano_patch4_32_bn",
     "vit_nano_patch4_32_sh",
     "vit_nano_patch4_32_bnsh",
+    "vit_nano_patch4_32_cbsa",
     "crate_nano_patch4_32_bn",
     "crate_nano_patch4_32_sh",
     "tost_nano_patch4_32",
@@ -250,7 +251,7 @@ def test_every_new_family_traces_what_it_computes_and_the_monitor_reads_it(name:
         blocks_out = model.blocks(tokens)
     torch.testing.assert_close(traces[-1].z_out, blocks_out, atol=1e-5, rtol=1e-5)
     first = traces[0]
-    if name.startswith("tost"):  # TSSA forms no token-by-token map
+    if name.startswith("tost") or name.endswith("cbsa"):  # TSSA and CBSA form no token-by-token map
         assert first.attention is None and first.logits is None
     else:
         batch, heads, tokens, width = first.values.shape
@@ -261,3 +262,25 @@ def test_every_new_family_traces_what_it_computes_and_the_monitor_reads_it(name:
     assert all(math.isfinite(values[f"rate/Rc_before_attention/layer_{layer}"]) for layer in range(len(traces)))
     has_code = name.startswith("crate")
     assert ("rate/sparsity_of_code/layer_0" in values) == has_code
+
+
+def test_the_vit_twin_s_cbsa_is_cbsa_on_the_patch_tokens_and_refuses_what_it_cannot_do() -> None:
+    """ViTCBSA (the attention of vit_nano_patch4_32_cbsa) computes CBSA's step with the same weights, pooling
+    the 64 patch tokens (not the class token) onto 4 x 4 representatives; a bias, norms or a mask are refused."""
+    from crate.layers import CBSA, ViTCBSA
+
+    torch.manual_seed(0)
+    twin = ViTCBSA(96, num_heads=4).eval()
+    reference = CBSA(96, num_heads=4, rep_grid=4, rep_pool="patches").eval()
+    reference.load_state_dict(twin.state_dict())
+    x = torch.randn(2, 65, 96)
+    torch.testing.assert_close(twin(x), reference(x), atol=0, rtol=0)
+    x_moved = x.clone()
+    x_moved[:, 0] += 5.0  # the class token is no representative's source, so a shift of it reaches...
+    reps = twin.representatives(twin.qkv(x_moved))
+    torch.testing.assert_close(reps, twin.representatives(twin.qkv(x)))  # ...no representative
+    for bad in ("qkv_bias", "qk_norm", "scale_norm"):
+        with pytest.raises(ValueError, match=bad):
+            ViTCBSA(96, num_heads=4, **{bad: True})
+    with pytest.raises(ValueError, match="mask"):
+        twin(x, attn_mask=torch.ones(65, 65, dtype=torch.bool))

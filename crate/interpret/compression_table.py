@@ -102,3 +102,26 @@ def compression_controls_table(results: dict[str, dict[str, Any]], convention: s
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def representatives_table(results: dict[str, dict[str, Any]]) -> str:
+    """Markdown: per model with CBSA and layer, the representatives' R^c before their contraction step and
+    its change along the trained step and the step negated, beside the random init's (``controls``); empty
+    where no model has CBSA."""
+    head = "| model | layer | R^c(reps) before | trained step | negated | random init: step (negated) | ‖step‖/‖reps‖ |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for label, result in results.items():
+        trained = result.get("representatives")
+        if not trained:
+            continue
+        initial = ((result.get("controls") or {}).get("random_init") or {}).get("representatives") or []
+        for index, layer in enumerate(trained):
+            init_cell = "-"
+            if index < len(initial):
+                start = initial[index]["before"]
+                init_cell = f"{_cell(initial[index]['after'] - start)} ({_cell(initial[index]['negated'] - start)})"
+            lines.append(
+                f"| `{label}` | {layer['layer']} | {layer['before']:.1f} | {_cell(layer['after'] - layer['before'])} "
+                f"| {_cell(layer['negated'] - layer['before'])} | {init_cell} | {layer['relative_step']:.2f} |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from torch import nn
 from crate.layers.trace import BlockTrace
 from crate.metrics import QUANTITIES, layerwise_values, trace_model, transformer_blocks
 from crate.metrics.functional import default_eps
+from crate.metrics.representatives import representative_compression
 
 from .controls import INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
 from .geometry import (
@@ -204,6 +206,12 @@ def trace_figures(
         "seeds": [seed_lenses(trace) for trace in traces],
         "segmentation": segmentation,
         "geometry": operator_geometry(model, traces),
+        # CBSA's representatives around their contraction step (paper convention); None without CBSA
+        "representatives": [
+            asdict(r)
+            for r in representative_compression(model, data.val_images[:probe_images], eps["paper"], traces=traces)
+        ]
+        or None,
     }
 
 

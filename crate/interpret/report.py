@@ -20,7 +20,7 @@ from torch import nn
 from crate.metrics import full_step, trace_model
 
 from . import plots
-from .compression_table import NULL_MARGIN, compression_controls_table, compression_verdict
+from .compression_table import NULL_MARGIN, compression_controls_table, compression_verdict, representatives_table
 from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
 from .segmentation import attention_masks, foreground_patches
@@ -308,6 +308,22 @@ def _controls_text(results: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def _representatives_section(results: dict[str, dict[str, Any]]) -> list[str]:
+    """CBSA's representatives around their contraction step, where a model has CBSA (else nothing)."""
+    table = representatives_table(results)
+    if not table:
+        return []
+    text = (
+        "CBSA contracts M pooled representatives of the projected tokens by one step, reps + step_rep softmax(reps"
+        " w^T / sqrt(p)) w, then broadcasts them to the tokens. Change of the head-summed coding rate of the"
+        " representatives, sum_k 1/2 logdet(I + p/(M eps^2) reps_k^T reps_k) (paper convention), across that"
+        " step, along it negated, and for the architecture at its initialisation (mean over its seeds; step_rep is"
+        " drawn at random there, so its sign per head is chance). Negative: the step compressed the"
+        " representatives."
+    )
+    return ["## CBSA's representatives", "", text, "", table, ""]
+
+
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
     settings = next(iter(results.values()))["rate_settings"]
@@ -356,6 +372,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         compression_controls_table(results),
         "",
+        *_representatives_section(results),
         "## Lenses on attention",
         "",
         "![lenses](lenses.png)",

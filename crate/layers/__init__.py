@@ -1,6 +1,6 @@
 """Pure torch building blocks of the zoo."""
 
-from .cbsa import CBSA
+from .cbsa import CBSA, ViTCBSA
 from .conv_stem import ConvStem, ConvStemTokens
 from .head_attention import HeadAttention
 from .ista import ISTA, OvercompleteISTA
@@ -31,6 +31,7 @@ __all__ = [
     "KERNELS",
     "TSSA",
     "CBSA",
+    "ViTCBSA",
     "AttentionBN",
     "AttentionBNSH",
     "AttentionSH",

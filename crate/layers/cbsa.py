@@ -108,15 +108,56 @@ class CBSA(nn.Module):
         """``forward``, and no per-head record: CBSA forms no token-by-token softmax map to trace."""
         return self.forward(x), None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def contract(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The contraction of the representatives, per head: the projected tokens w (B, K, N, p), the pooled
+        representatives before their step (B, K, M, p), the read-out maps (B, K, M, N) and the step
+        ``step_rep * read w`` (B, K, M, p), for the input x (B, N, d) the attention sees."""
         flat = self.qkv(x)
         w = self._heads(flat)
         reps = self._heads(self.representatives(flat))
         read = torch.matmul(reps, w.transpose(-2, -1)).mul(self.scale).softmax(dim=-1)  # (B, K, M, N)
         if self.training and self.attn_drop > 0:
             read = F.dropout(read, p=self.attn_drop)
-        reps = reps + self.step_rep * torch.matmul(read, w)
+        return w, reps, read, self.step_rep * torch.matmul(read, w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, reps, read, step = self.contract(x)
+        reps = reps + step
         mixed = torch.matmul(torch.matmul(reps, reps.transpose(-2, -1)).mul(self.scale).softmax(dim=-1), reps)
         out = self.step_x * torch.matmul(read.transpose(-2, -1), mixed)  # (B, K, N, p)
         batch, _, tokens, _ = out.shape
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, tokens, -1)))
+
+
+class ViTCBSA(CBSA):
+    """CBSA taking the arguments timm's ViT block passes its attention (``attn_layer``), for a ViT twin with
+    CBSA in place of softmax attention: CBSA's one projection has no bias and no norms, so ``qkv_bias``,
+    ``qk_norm`` and ``scale_norm`` must be off (an error says so rather than dropping them)."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        qkv_bias: bool = False,
+        qk_norm: bool = False,
+        scale_norm: bool = False,
+        proj_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        norm_layer: type[nn.Module] | None = None,
+        rep_grid: int = 4,
+        rep_pool: RepPool = "patches",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        for name, value in (("qkv_bias", qkv_bias), ("qk_norm", qk_norm), ("scale_norm", scale_norm)):
+            if value:
+                raise ValueError(f"CBSA's projection has no bias and no norms: build the ViT with {name}=False")
+        super().__init__(dim, num_heads, None, proj_bias, attn_drop, proj_drop, rep_grid, rep_pool)
+        if device is not None or dtype is not None:  # timm's factory arguments
+            self.to(device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        if attn_mask is not None or is_causal:
+            raise ValueError("CBSA attends through pooled representatives and takes no attention mask")
+        return super().forward(x)

@@ -5,7 +5,9 @@ Naming: ``<layout>_<size>_patch<p>_<img>_<variant>``, the model it varies plus t
 - ViT twin layout (``vit_nano_patch4_32_*``), timm's ViT with its attention replaced (same parameters):
   ``rbf``, ``poly2``, ``linear`` kernel attention (``crate.layers.kernel_attention``; ``exp``, the softmax
   kernel, is ``vit_nano_patch4_32`` itself), ``bn`` Attention-BN, ``sh`` Attention-SH and ``bnsh`` both
-  (``crate.layers.primal_dual_attention``; SH pools the keys and values of half the heads by 2);
+  (``crate.layers.primal_dual_attention``; SH pools the keys and values of half the heads by 2), ``cbsa``
+  contract-and-broadcast attention onto 4 x 4 representatives of the patch tokens (``crate.layers.cbsa``; one
+  bias-free projection instead of q, k and v, so fewer parameters than the twin);
 - CRATE layout (``crate_nano_patch4_32_*``), MSSA's shared projection kept: ``bn`` (BN statistics of
   w = U^T z) and ``sh`` (pooled keys and values for half the heads).
 
@@ -27,6 +29,7 @@ from crate.layers import (
     LinearKernelAttention,
     Poly2KernelAttention,
     RBFKernelAttention,
+    ViTCBSA,
 )
 from crate.layers.primal_dual_attention import crate_attention_bn, crate_attention_sh
 
@@ -42,6 +45,7 @@ VIT_VARIANTS: dict[str, type[nn.Module]] = {
     "bn": AttentionBN,
     "sh": AttentionSH,
     "bnsh": AttentionBNSH,
+    "cbsa": ViTCBSA,
 }
 CRATE_VARIANTS = {"bn": crate_attention_bn, "sh": crate_attention_sh}
 
@@ -55,6 +59,8 @@ default_cfgs = generate_default_cfgs(
 
 def _vit(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> ViTTwin:
     args = dict(patch_size=4, mlp_ratio=4.0, attn_layer=VIT_VARIANTS[variant], **CPU_SIZES["nano"])
+    if variant == "cbsa":
+        args["qkv_bias"] = False
     return create_vit_twin(f"vit_nano_patch4_32_{variant}", pretrained, **dict(args, **kwargs))
 
 
@@ -97,6 +103,12 @@ def vit_nano_patch4_32_sh(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
 def vit_nano_patch4_32_bnsh(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
     """``vit_nano_patch4_32`` with Attention-BN+SH (pooling factors 1, 1, 2, 2)."""
     return _vit("bnsh", pretrained, kwargs)
+
+
+@register_model
+def vit_nano_patch4_32_cbsa(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
+    """``vit_nano_patch4_32`` with CBSA attention (4 x 4 representatives of the patch tokens)."""
+    return _vit("cbsa", pretrained, kwargs)
 
 
 @register_model
