@@ -1,6 +1,30 @@
-"""Masked pretraining of CRATE-MAE: ``python pretrain.py fit --config configs/crate_mae_nano_digits.yaml``."""
+"""Pretraining without labels, by objective:
 
-from crate.lit import MaskedAutoencoder, cli_main
+python pretrain.py fit --config configs/crate_mae_nano_digits.yaml                        # masked autoencoder
+python pretrain.py --objective simdino fit --config configs/simdino/crate_nano_cifar10.yaml  # SimDINO
+"""
+
+import sys
+
+from crate.lit import MaskedAutoencoder, SelfDistillation, cli_main
+
+OBJECTIVES = {"mae": MaskedAutoencoder, "simdino": SelfDistillation}
+
+
+def objective_and_rest(argv: list[str]) -> tuple[str, list[str]]:
+    """``--objective NAME`` (or ``--objective=NAME``) before the subcommand, and the arguments for the CLI."""
+    if argv[:1] == ["--objective"] and len(argv) > 1:
+        name, rest = argv[1], argv[2:]
+    elif argv[:1] and argv[0].startswith("--objective="):
+        name, rest = argv[0].split("=", 1)[1], argv[1:]
+    else:
+        return "mae", argv
+    if name not in OBJECTIVES:
+        sys.stderr.write(f"pretrain.py: error: unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}\n")
+        raise SystemExit(2)
+    return name, rest
+
 
 if __name__ == "__main__":
-    cli_main(model_class=MaskedAutoencoder)
+    objective, rest = objective_and_rest(sys.argv[1:])
+    cli_main(args=rest, model_class=OBJECTIVES[objective])

@@ -3,6 +3,7 @@ stores of decoded images and their batched augmentation."""
 
 from .batch_augmentation import BatchAugmentation
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
+from .multi_crop import MultiCrop
 from .resumable import ResumableDataLoader, ResumableSampler, SeededTransformDataset
 from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch, folder_store
 
@@ -10,6 +11,7 @@ __all__ = [
     "BatchAugmentation",
     "DIGITS_MEAN",
     "DIGITS_STD",
+    "MultiCrop",
     "ResumableDataLoader",
     "ResumableSampler",
     "SeededTransformDataset",

@@ -24,6 +24,7 @@ from .primal_dual_attention import (
     primal_dual_attention,
     primal_dual_weights,
 )
+from .projection_head import ProjectionHead
 from .trace import AttentionTrace, BlockTrace, TraceableBlock, block_tracer, register_trace_adapter
 from .tssa import TSSA
 
@@ -32,6 +33,7 @@ __all__ = [
     "TSSA",
     "CBSA",
     "ViTCBSA",
+    "ProjectionHead",
     "AttentionBN",
     "AttentionBNSH",
     "AttentionSH",

@@ -13,6 +13,7 @@ from .data import (
 from .masked_pretraining import MaskedAutoencoder
 from .module import ImageClassifier
 from .rate_monitor import CodingRateMonitor
+from .self_distillation import SelfDistillation
 
 __all__ = [
     "Augmentation",
@@ -25,6 +26,7 @@ __all__ = [
     "ImageDataModule",
     "ImageFolderDataModule",
     "MaskedAutoencoder",
+    "SelfDistillation",
     "StoredImageFolderDataModule",
     "cli_main",
 ]

@@ -90,7 +90,7 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "Ima
         start = (
             "start a probe or fine-tune from its weights with --model.pretrained_file PATH "
             "(configs/crate_mae_nano_digits_probe.yaml, ..._finetune.yaml)"
-            if kind == "MaskedAutoencoder"
+            if kind in ("MaskedAutoencoder", "SelfDistillation")
             else "continue it with the program that wrote it"
         )
         raise CheckpointError(

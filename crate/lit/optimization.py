@@ -17,6 +17,7 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
+from torch import nn
 
 __all__ = ["TimmOptimization", "fused_kwargs"]
 
@@ -58,13 +59,18 @@ class TimmOptimization:
         rank_zero_info(f"learning rate {hp.lr:g} at batch {base} is {lr:g} at this run's batch {batch}")
         return lr
 
+    def trained_module(self) -> nn.Module:
+        """What the optimizer updates: ``self.model`` (self-distillation: the student and its head)."""
+        return self.model
+
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         lr = self.scaled_lr()
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
-        extra.update(fused_kwargs(hp.optimizer, (p for p in self.model.parameters() if p.requires_grad)))
+        trained = self.trained_module()
+        extra.update(fused_kwargs(hp.optimizer, (p for p in trained.parameters() if p.requires_grad)))
         optimizer = create_optimizer_v2(
-            self.model, opt=hp.optimizer, lr=lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
+            trained, opt=hp.optimizer, lr=lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1

@@ -12,7 +12,11 @@ from crate.models.checkpoint import DATA_CONFIG_KEY, MODULE_KEY
 __all__ = ["RunRecord", "module_kind"]
 
 # the command that trains each module kind, for messages
-PROGRAMS = {"ImageClassifier": "train.py", "MaskedAutoencoder": "pretrain.py"}
+PROGRAMS = {
+    "ImageClassifier": "train.py",
+    "MaskedAutoencoder": "pretrain.py",
+    "SelfDistillation": "pretrain.py --objective simdino",
+}
 
 
 class RunRecord:

@@ -39,9 +39,15 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded into the model it was given to, with what to do about it."""
 
 
+# a Lightning module's weights that only training uses: a loss's buffers, and self-distillation's student and
+# heads (its teacher backbone is ``model.``, the encoder it yields)
+_TRAINING_ONLY = ("criterion", "student.", "student_head.", "teacher_head.")
+
+
 def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The weights of a loaded file: out of ``state_dict``/``model`` wrappers, without ``module.`` and
-    (for a Lightning module's keys) ``model.`` prefixes; a Lightning run with a moving average of the
+    (for a Lightning module's keys) ``model.`` prefixes, training-only modules left out (a self-distillation
+    run's student and heads: its ``model.`` is the teacher); a Lightning run with a moving average of the
     weights (``model_ema.module.``) gives the average, which is what its validation measured."""
     for key in ("state_dict", "model"):
         if key in state_dict and isinstance(state_dict[key], Mapping):
@@ -51,7 +57,7 @@ def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         # a Lightning run with a moving average of the weights: the average is what validation measured
         return {k[len("model_ema.module.") :]: v for k, v in state_dict.items() if k.startswith("model_ema.module.")}
     tensors = [k for k in state_dict if torch.is_tensor(state_dict[k])]
-    if tensors and all(k.startswith("model.") for k in tensors if not k.startswith("criterion")):
+    if tensors and all(k.startswith("model.") for k in tensors if not k.startswith(_TRAINING_ONLY)):
         state_dict = {k[len("model.") :]: v for k, v in state_dict.items() if k.startswith("model.")}
     return dict(state_dict)
 

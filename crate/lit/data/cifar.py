@@ -8,7 +8,7 @@ from typing import Literal
 
 from torchvision import datasets
 
-from crate.data import BatchAugmentation, TensorStore
+from crate.data import BatchAugmentation, MultiCrop, TensorStore
 
 from .stored import StoredImageDataModule
 
@@ -38,6 +38,7 @@ class CIFARDataModule(StoredImageDataModule):
             image-folder copy of CIFAR-10 with its fixed 5,000-image val split goes through
             :class:`StoredImageFolderDataModule`).
         drop_last: leave out an epoch's last, smaller training batch (fixed shapes for compiled steps).
+        multi_crop: training batches as multi-crop views for self-distillation (:class:`crate.data.MultiCrop`).
     """
 
     def __init__(
@@ -52,8 +53,9 @@ class CIFARDataModule(StoredImageDataModule):
         seed: int = 0,
         predict_split: str = "val",
         drop_last: bool = False,
+        multi_crop: MultiCrop | None = None,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last)
+        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop)
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
         self.root = Path(root)

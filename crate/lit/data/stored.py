@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from crate.data import BatchAugmentation, SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch
+from crate.data import BatchAugmentation, MultiCrop, SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch
 from crate.data.tensor_store import folder_store
 
 from .base import DataError, ImageDataModule
@@ -45,9 +45,15 @@ class StoredImageDataModule(ImageDataModule):
         seed: int,
         predict_split: str,
         drop_last: bool = False,
+        multi_crop: MultiCrop | None = None,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split, drop_last)
+        if multi_crop is not None and multi_crop.global_size != img_size:
+            raise ValueError(
+                f"multi_crop.global_size ({multi_crop.global_size}) must be the model's image size ({img_size})"
+            )
         self.augmentation = augmentation
+        self.multi_crop = multi_crop
         self.mean: tuple[float, ...] = ()
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
@@ -74,9 +80,12 @@ class StoredImageDataModule(ImageDataModule):
     def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
         return SeededStoredImages(self._train_store), as_batch
 
-    def augment(self, images: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    def augment(self, images: torch.Tensor, seeds: torch.Tensor) -> Any:
         """A uint8 training batch augmented and normalised (each image by its own seed), for the trainer's
-        current epoch (which turns the policy off after ``augmentation.policy_epochs``)."""
+        current epoch (which turns the policy off after ``augmentation.policy_epochs``); with ``multi_crop``,
+        its views instead (:class:`crate.data.MultiCrop`)."""
+        if self.multi_crop is not None:  # self-distillation: (global views, local views), view-major
+            return self.multi_crop(images, seeds, self.mean, self.std)
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size, epoch=epoch)
 
@@ -103,6 +112,8 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         augmentation: the batched training augmentation (:class:`crate.data.BatchAugmentation`).
         drop_last: leave out an epoch's last, smaller training batch, so every step has the same shape (what
             CUDA graphs and compiled steps need; the left-out images come back in other epochs' orders).
+        multi_crop: training batches as multi-crop views for self-distillation (:class:`crate.data.MultiCrop`,
+            ``pretrain.py --objective simdino``) instead of ``augmentation``; None for classification.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -119,8 +130,9 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         seed: int = 0,
         predict_split: str = "val",
         drop_last: bool = False,
+        multi_crop: MultiCrop | None = None,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last)
+        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop)
         self.root = Path(root)
         self.layout = FolderLayout.read(self.root, in_chans)
         self.classes = self.layout.classes

@@ -1,0 +1,113 @@
+"""SimDINO self-distillation (crate.lit.SelfDistillation): the teacher is the student's moving average and gets
+no gradient; the checkpoint yields the teacher's backbone; a data module without multi-crop views is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from PIL import Image
+
+import crate  # noqa: F401
+from crate.data import MultiCrop
+from crate.lit import SelfDistillation, StoredImageFolderDataModule
+from crate.models.checkpoint import read_checkpoint
+
+
+def _folder(root: Path, per_class: int = 8) -> Path:
+    rng = np.random.default_rng(0)
+    for split, count in (("train", per_class), ("val", 4)):
+        for label in ("a", "b"):
+            folder = root / split / label
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def _module(**kwargs) -> SelfDistillation:
+    return SelfDistillation(
+        "crate_nano_patch4_32",
+        num_classes=2,
+        img_size=32,
+        model_kwargs={"depth": 1},
+        head_hidden_dim=32,
+        head_dim=16,
+        warmup_epochs=0,
+        knn_bank=16,
+        knn_k=3,
+        **kwargs,
+    )
+
+
+class _RecordTeacher(Callback):
+    """Before the module's own hook: the teacher before its update and the student after the step."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[list[torch.Tensor], list[torch.Tensor], float]] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        teacher = [p.detach().clone() for p in [*module.model.parameters(), *module.teacher_head.parameters()]]
+        student = [p.detach().clone() for p in [*module.student.parameters(), *module.student_head.parameters()]]
+        assert all(p.grad is None and not p.requires_grad for p in module.model.parameters())
+        assert module.student.training and not module.model.training and not module.teacher_head.training
+        self.records.append((teacher, student, module.teacher_momentum_now()))
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:  # noqa: ANN001
+        if self.records:
+            teacher, student, momentum = self.records[-1]
+            now = [*module.model.parameters(), *module.teacher_head.parameters()]
+            for before, after, current in zip(teacher, student, now, strict=True):
+                torch.testing.assert_close(current, before + (1 - momentum) * (after - before))
+
+
+def test_the_teacher_is_the_student_s_moving_average_and_the_checkpoint_yields_it(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    data = StoredImageFolderDataModule(
+        str(_folder(tmp_path / "images")),
+        batch_size=8,
+        drop_last=True,
+        multi_crop=MultiCrop(global_crops=2, local_crops=2),
+    )
+    module = _module(teacher_momentum=0.5)
+    recorder = _RecordTeacher()
+    trainer = L.Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[recorder],
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, data)
+    assert len(recorder.records) == 4  # two steps an epoch (16 images, batch 8), two epochs
+    assert [round(m, 6) for *_, m in recorder.records][-1] == 1.0  # the cosine schedule ends at 1
+    assert 0.0 <= trainer.callback_metrics["val/knn_acc"] <= 1.0
+    path = tmp_path / "run.ckpt"
+    trainer.save_checkpoint(path)
+    weights = read_checkpoint(path).state_dict
+    expected = module.model.state_dict()
+    assert sorted(weights) == sorted(expected)
+    for key, value in expected.items():
+        torch.testing.assert_close(weights[key], value)
+
+
+def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:
+    data = StoredImageFolderDataModule(str(_folder(tmp_path / "images")), batch_size=8)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match="multi_crop"):
+        trainer.fit(_module(), data)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="teacher_momentum"):
+        _module(teacher_momentum=1.5)
+    with pytest.raises(ValueError, match="knn"):
+        _module(knn_temperature=0.0)
+    with pytest.raises(ValueError, match="global_size"):
+        StoredImageFolderDataModule("/nonexistent", img_size=32, multi_crop=MultiCrop(global_size=16))
