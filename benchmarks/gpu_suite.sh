@@ -4,6 +4,7 @@
 #
 #   benchmarks/gpu_suite.sh [--out DIR]     # on the GPU machine ($OUT by default when it is set)
 #   benchmarks/gpu_suite.sh --dry-run       # here: the same steps on the CPU with tiny limits
+#   benchmarks/gpu_suite.sh --task simdino  # SimDINO and its CRATE-MAE control instead (benchmarks/gpu_simdino.py)
 #
 # The GPU machine's Python has torch, torchvision, lightning, timm and torchmetrics but not jsonargparse,
 # docstring_parser or typeshed_client: `make gpu-carry` puts their wheels and the lock's timm into .whl/ and
@@ -12,12 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dry=()
+task=crate_micro
 out="${OUT:-benchmarks/results}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=(--dry-run); out="${OUT_DRY:-$(mktemp -d)}" ;;
     --out) out="$2"; shift ;;
-    *) echo "gpu_suite.sh: unknown argument $1 (use --dry-run or --out DIR)" >&2; exit 2 ;;
+    --task) task="$2"; shift ;;
+    *) echo "gpu_suite.sh: unknown argument $1 (use --dry-run, --out DIR or --task crate_micro|simdino)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -57,4 +60,8 @@ else
     mkdir -p data && tar -xzf "$archive" -C data
   fi
 fi
-"$python" benchmarks/gpu_suite.py "${dry[@]}" --data "$data" --out "$out"
+case "$task" in
+  crate_micro) "$python" benchmarks/gpu_suite.py "${dry[@]}" --data "$data" --out "$out" ;;
+  simdino) PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" "$python" benchmarks/gpu_simdino.py "${dry[@]}" --data "$data" --out "$out" ;;
+  *) echo "gpu_suite.sh: unknown task $task (crate_micro or simdino)" >&2; exit 2 ;;
+esac
