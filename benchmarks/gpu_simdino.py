@@ -4,9 +4,11 @@
 1. The environment, and the CIFAR-10 tensor stores built before anything is timed.
 2. For each objective (SimDINO on crate_nano_patch4_32, ``configs/simdino/crate_nano_cifar10.yaml``; CRATE-MAE,
    ``configs/simdino/crate_mae_nano_cifar10.yaml``; both under ``configs/simdino/gpu.yaml``): a calibration run of
-   ``CALIBRATION_STEPS`` steps gives the seconds a step takes, then the objective trains for as many whole
-   epochs as fit its half of the time left (its schedules, the learning rate's and the teacher's momentum, sized
-   to those epochs and run to their end; ``--trainer.max_time`` only guards).
+   two epochs of ``CALIBRATION_STEPS`` steps without validation gives the seconds a step takes (the second
+   epoch's: the first holds the warm-up, which made a first version of this plan 7 epochs where about 30
+   fitted), then the objective trains for as many whole epochs as fit its share of the time left (its
+   schedules, the learning rate's and the teacher's momentum, sized to those epochs and run to their end;
+   ``--trainer.max_time`` only guards).
 3. Each run's log (``<objective>_train.log``), ``last.ckpt`` and ``config.yaml`` come back (as
    ``<objective>/checkpoints/last.ckpt`` and ``<objective>/config.yaml``: ``benchmarks/simdino_eval.py`` scores
    them on the CPU), and ``simdino_<device>.json`` holds the commands, the epochs, the calibration and SimDINO's
@@ -98,8 +100,9 @@ def main() -> None:
     write()
     for index, objective in enumerate(options.objectives):
         base = _command(objective, options.data, work / objective, dry)
-        calibrate = base + ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", str(CALIBRATION_STEPS)]
-        calibrate += ["--run_name", f"calibrate_{objective}"]
+        # two short epochs: the second, past the first steps' warm-up, gives the step time
+        calibrate = base + ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", str(CALIBRATION_STEPS)]
+        calibrate += ["--trainer.limit_val_batches", "0", "--run_name", f"calibrate_{objective}"]  # training alone
         status = _run(calibrate, work / f"{objective}_calibration.log", timeout=120)
         calibrated = next(iter((work / objective).glob("calibrate_*/version_*")), work)
         rows = [r for r in _metrics(calibrated) if r.get("time/epoch_s")]

@@ -118,3 +118,15 @@ def test_two_processes_use_n_2_and_sum_the_covariances_when_asked(reduce_cov: bo
         expected = _numpy_mcr(student.numpy(), teacher.numpy(), 4, 0.5, 1.0, 1, processes=2, covariances=summed)
         np.testing.assert_allclose([loss, compression, expansion], expected, rtol=1e-10, err_msg=f"rank {rank}")
         assert grad > 0
+
+
+def test_the_coding_rate_is_computed_in_float32_under_bf16_autocast() -> None:
+    """Under autocast the covariance and its Cholesky factor stay in float32 (CUDA has no bf16 Cholesky, and a
+    bf16 covariance moves the log-determinant by far more than float32 rounding)."""
+    torch.manual_seed(0)
+    student = torch.nn.functional.normalize(torch.randn(4 * 32, 64), dim=-1)
+    teacher = torch.nn.functional.normalize(torch.randn(2 * 32, 64), dim=-1)
+    plain = simdino_loss(student, teacher, n_crops=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = simdino_loss(student, teacher, n_crops=4)
+    torch.testing.assert_close(autocast[2], plain[2], rtol=1e-5, atol=1e-6)

@@ -48,12 +48,16 @@ def _compression(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
 def _expansion(views: torch.Tensor, eps: float, reduce_cov: bool) -> torch.Tensor:
     """The coding rate of each view's features (V, m, p), averaged over views and scaled as the authors do."""
     _, m, p = views.shape
-    covariance = views.transpose(1, 2) @ views  # (V, p, p)
+    if views.dtype in (torch.float16, torch.bfloat16):  # no half-precision Cholesky on CUDA, and too coarse
+        views = views.float()
+    with torch.autocast(views.device.type, enabled=False):  # autocast would take the product back to bf16
+        covariance = views.transpose(1, 2) @ views  # (V, p, p)
     processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if reduce_cov and processes > 1:
         covariance = dist_nn.all_reduce(covariance)
     identity = torch.eye(p, dtype=covariance.dtype, device=covariance.device)
-    factor = torch.linalg.cholesky_ex(identity + p / (m * processes * eps) * covariance)[0]
+    with torch.autocast(views.device.type, enabled=False):
+        factor = torch.linalg.cholesky_ex(identity + p / (m * processes * eps) * covariance)[0]
     half_logdet = factor.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
     return half_logdet.mean() * (p + processes * m) / (p * processes * m)
 
