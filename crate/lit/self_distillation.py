@@ -25,6 +25,7 @@ from crate.layers import ProjectionHead
 from crate.metrics import simdino_loss
 from crate.metrics.knn import weighted_knn_accuracy
 
+from .data.folder import DataError
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
@@ -145,7 +146,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     def setup(self, stage: str) -> None:
         data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if stage == "fit" and getattr(data, "multi_crop", None) is None:
-            raise ValueError(
+            raise DataError(
                 "self-distillation trains on multi-crop views: give the DataModule a multi_crop setting "
                 "(a tensor-store DataModule, e.g. data.init_args.multi_crop: {global_crops: 2, local_crops: 8}; "
                 "configs/simdino/ has examples)"

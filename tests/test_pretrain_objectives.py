@@ -1,0 +1,59 @@
+"""pretrain.py's --objective: the masked autoencoder by default, SimDINO by name, a clear error otherwise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from crate.lit import MaskedAutoencoder, SelfDistillation  # noqa: E402
+from pretrain import OBJECTIVES, objective_and_rest  # noqa: E402
+
+
+def test_the_objective_is_read_before_the_subcommand() -> None:
+    assert OBJECTIVES == {"mae": MaskedAutoencoder, "simdino": SelfDistillation}
+    assert objective_and_rest(["fit", "--config", "x.yaml"]) == ("mae", ["fit", "--config", "x.yaml"])
+    assert objective_and_rest(["--objective", "simdino", "fit"]) == ("simdino", ["fit"])
+    assert objective_and_rest(["--objective=mae", "validate"]) == ("mae", ["validate"])
+
+
+def test_an_unknown_objective_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        objective_and_rest(["--objective", "byol", "fit"])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "pretrain.py: error: unknown objective 'byol'; choose one of ['mae', 'simdino']"
+    )
+
+
+def test_simdino_without_multi_crop_views_is_refused_in_one_line(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            folder = tmp_path / "images" / split / label
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    command = [sys.executable, "pretrain.py", "--objective", "simdino", "fit"]
+    command += [
+        "--config",
+        "configs/simdino/crate_nano_cifar10.yaml",
+        "--data.init_args.root",
+        str(tmp_path / "images"),
+    ]
+    command += ["--data.init_args.multi_crop", "null", "--log_root", str(tmp_path / "logs"), "--trainer.max_steps", "1"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("pretrain.py: error: self-distillation trains on multi-crop views")
+        and "Traceback" not in proc.stderr
+    )
