@@ -347,7 +347,9 @@ def main() -> None:
         "its training started from; for ΔR^c also the trained attention update negated, a random vector shared by "
         "all tokens at the update's norm (shared null) and the heads' outputs mapped through U_[K] at that norm; "
         "the slope at 0 of R^c along the update (first order) and along the theory's MSSA step; see "
-        "crate.metrics.controls and the script's docstring.\n\n"
+        "crate.metrics.controls and the script's docstring. s / epoch is each run's own wall time when it ran (rows "
+        "read back from earlier calls ran on other days, under other loads and code); compare speed by the img/s "
+        "ratio, measured for every member together in this call.\n\n"
     )
     out.write_text(header + table(results) + "\n\n" + spread_line(results) + "\n")
     summary = {"dataset": args.dataset, "minutes": minutes, "epochs": epochs, "protocol": protocol, "results": results}
