@@ -45,6 +45,12 @@ def _read_lightning_checkpoint(path: Path) -> Checkpoint:
             f"{held.describe()}: not a Lightning checkpoint of crate.lit.ImageClassifier; export works on the "
             ".ckpt files that train.py writes"
         )
+    if module_kind(held) == "SelfDistillation":
+        raise CheckpointError(
+            f"{held.describe()} is a self-distillation run (pretrain.py --objective simdino): it has no classifier "
+            "to export. Score its encoder with benchmarks/simdino_eval.py --encoder PATH, or fine-tune it "
+            "(train.py fit --model.pretrained_file PATH) and export that run"
+        )
     if module_kind(held) == "MaskedAutoencoder" or "num_classes" not in held.lightning["hyper_parameters"]:
         raise CheckpointError(
             f"{held.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "

@@ -14,7 +14,9 @@ from PIL import Image
 
 import crate  # noqa: F401
 from crate.data import MultiCrop
+from crate.export import export_checkpoint
 from crate.lit import SelfDistillation, StoredImageFolderDataModule
+from crate.models import CheckpointError
 from crate.models.checkpoint import read_checkpoint
 
 
@@ -95,6 +97,8 @@ def test_the_teacher_is_the_student_s_moving_average_and_the_checkpoint_yields_i
     assert sorted(weights) == sorted(expected)
     for key, value in expected.items():
         torch.testing.assert_close(weights[key], value)
+    with pytest.raises(CheckpointError, match="self-distillation run"):  # no classifier: export says what to do
+        export_checkpoint(path, tmp_path / "encoder.safetensors")
 
 
 def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:
