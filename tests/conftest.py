@@ -34,9 +34,15 @@ def run_in_process(*args: str, program: str = "train.py") -> subprocess.Complete
     import io
     import traceback
 
-    from crate.lit import MaskedAutoencoder, cli_main
+    from crate.lit import cli_main
 
-    model_class = {"train.py": None, "pretrain.py": MaskedAutoencoder}[program]
+    model_class = None
+    if program == "pretrain.py":  # its --objective picks the module, as the script does
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from pretrain import OBJECTIVES, objective_and_rest
+
+        objective, rest = objective_and_rest(list(args))
+        model_class, args = OBJECTIVES[objective], tuple(rest)
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -71,10 +71,11 @@ def test_every_readme_train_command_parses_with_its_settings(tmp_path: Path) -> 
     assert len(runs) >= 6
     for command in runs:
         words = shlex.split(command)
-        args = [fills.get(w, w) for w in words[words.index("train.py") + 1 :]]
+        program = next(w for w in words if w in ("train.py", "pretrain.py"))
+        args = [fills.get(w, w) for w in words[words.index(program) + 1 :]]
         if "--print_config" not in args:
             args.append("--print_config")
-        result = run_in_process(*args)
+        result = run_in_process(*args, program=program)
         assert result.returncode == 0, (command, result.stderr[-2000:])
         assert "model_name" in result.stdout, command  # the printed config
     mistyped = run_in_process(
