@@ -89,6 +89,9 @@ def main() -> None:
     models = {"SimDINO": encoder, "random init": initialised(encoder, 0)}
     if args.mae:
         models["CRATE-MAE"] = load_run(_recorded_name(args.mae), args.mae)[0]
+        ours, theirs = encoder.pretrained_cfg, models["CRATE-MAE"].pretrained_cfg
+        if (ours.get("mean"), ours.get("std")) != (theirs.get("mean"), theirs.get("std")):
+            raise SystemExit("simdino_eval.py: the two encoders normalise images differently; score them apart")
     results = {}
     for label, model in models.items():
         results[label] = {"model": type(model).__name__, **scores(model, data, classes)}
