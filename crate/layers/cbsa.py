@@ -121,6 +121,9 @@ class CBSA(nn.Module):
         return w, reps, read, self.step_rep * torch.matmul(read, w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._attend(x)
+
+    def _attend(self, x: torch.Tensor) -> torch.Tensor:
         _, reps, read, step = self.contract(x)
         reps = reps + step
         mixed = torch.matmul(torch.matmul(reps, reps.transpose(-2, -1)).mul(self.scale).softmax(dim=-1), reps)
@@ -160,4 +163,4 @@ class ViTCBSA(CBSA):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("CBSA attends through pooled representatives and takes no attention mask")
-        return super().forward(x)
+        return self._attend(x)  # not super().forward: TorchScript compiles no super() call
