@@ -161,6 +161,7 @@ class ViTCBSA(CBSA):
             self.to(device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        if attn_mask is not None or is_causal:
+        # isinstance, not "is not None": under FX tracing the arguments are proxies, which pass through
+        if isinstance(attn_mask, torch.Tensor) or (isinstance(is_causal, bool) and is_causal):
             raise ValueError("CBSA attends through pooled representatives and takes no attention mask")
         return self._attend(x)  # not super().forward: TorchScript compiles no super() call
