@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,3 +61,15 @@ def run_in_process(*args: str, program: str = "train.py") -> subprocess.Complete
 @pytest.fixture
 def train_cli():
     return run_train
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations run inside it (one kernel launch each on a GPU, views aside)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))

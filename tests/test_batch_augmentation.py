@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from conftest import OpCounter
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
@@ -229,18 +229,6 @@ def test_policy_prob_leaves_the_images_above_it_alone_and_rescales_the_operation
     assert not torch.equal(out, out_plain)
 
 
-class _OpCounter(TorchDispatchMode):
-    """Counts the aten operations run inside it (one kernel launch each on a GPU, views aside)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("policy", [None, "trivial"])
 def test_a_batch_costs_a_fixed_small_number_of_operations_without_host_reads(policy: str | None) -> None:
     """The same operations at batch 16 and 96 (with every policy operation drawn in the larger one): at most
@@ -252,7 +240,7 @@ def test_a_batch_costs_a_fixed_small_number_of_operations_without_host_reads(pol
         images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
         seeds = torch.arange(n) + 77
         augmentation(images, seeds, MEAN, STD)  # the first batch of a size builds its tables
-        with _OpCounter() as counter:
+        with OpCounter() as counter:
             augmentation(images, seeds, MEAN, STD)
         counts.append(counter.ops)
     assert counts[0] == counts[1]

@@ -4,13 +4,12 @@ number of operations per batch with nothing read back."""
 
 from __future__ import annotations
 
-import collections
 import math
 
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from conftest import OpCounter
 
 from crate.data import MultiCrop
 from crate.data.multi_crop import VIEW_DRAWS, view_uniforms
@@ -125,23 +124,13 @@ def test_jitter_at_zero_strength_changes_nothing_and_hue_keeps_grey() -> None:
     torch.testing.assert_close(grey, grey_plain, atol=1e-5, rtol=0)  # a hue rotation leaves grey as it is
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_a_batch_costs_the_same_operations_at_any_size_with_nothing_read_back() -> None:
     crop = MultiCrop()
     crop(torch.zeros(2, 3, 32, 32, dtype=torch.uint8), torch.arange(2), (0.5,) * 3, (0.25,) * 3)  # constants made
     counts = []
     for batch in (4, 32):
         images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8)
-        with _OpCounter() as counter:
+        with OpCounter() as counter:
             crop(images, torch.arange(batch), (0.5,) * 3, (0.25,) * 3)
         counts.append(sum(counter.ops.values()))
         assert counter.ops["aten._local_scalar_dense"] == 0 and counter.ops["aten.nonzero"] == 0

@@ -152,10 +152,16 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
                 "configs/simdino/ has examples)"
             )
 
+    def on_train_start(self) -> None:
+        """What every step's teacher update reads, gathered once: the run's step count and the parameter
+        pairs."""
+        self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        self._teacher_params = [*self.model.parameters(), *self.teacher_head.parameters()]
+        self._student_params = [*self.student.parameters(), *self.student_head.parameters()]
+
     def teacher_momentum_now(self) -> float:
         """The cosine schedule from ``teacher_momentum`` at the first step to 1 at the last."""
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        progress = min(self.global_step / total, 1.0)
+        progress = min(self.global_step / self._total_steps, 1.0)
         start = self.hparams.teacher_momentum
         return 1.0 - (1.0 - start) * (math.cos(math.pi * progress) + 1.0) / 2.0
 
@@ -191,10 +197,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     @torch.no_grad()
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """The teacher moves towards the student (after the optimizer step of this batch)."""
-        weight = 1.0 - self.teacher_momentum_now()
-        teacher = [*self.model.parameters(), *self.teacher_head.parameters()]
-        student = [*self.student.parameters(), *self.student_head.parameters()]
-        torch._foreach_lerp_(teacher, student, weight)
+        torch._foreach_lerp_(self._teacher_params, self._student_params, 1.0 - self.teacher_momentum_now())
         for mine, theirs in zip(self.model.buffers(), self.student.buffers(), strict=True):
             mine.copy_(theirs)  # BatchNorm statistics of a convolutional stem follow the student's
 
