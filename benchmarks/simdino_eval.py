@@ -122,5 +122,11 @@ def _recorded_name(path: str) -> str:
 
 
 if __name__ == "__main__":
+    from crate.models import CheckpointError
+
     np.set_printoptions(precision=4)
-    main()
+    try:
+        main()
+    except (CheckpointError, FileNotFoundError) as err:  # a missing, corrupt or foreign file: one line, status 2
+        sys.stderr.write(f"simdino_eval.py: {err}\n")
+        raise SystemExit(2) from None
