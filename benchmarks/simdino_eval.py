@@ -20,35 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret.controls import initialised
-from crate.interpret.evaluate import linear_probe
+from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores
 from crate.interpret.loading import load_data, load_run
-from crate.metrics.knn import weighted_knn_accuracy
-
-K, TEMPERATURE = 20, 0.07
-
-
-@torch.no_grad()
-def pooled_features(model: torch.nn.Module, images: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
-    """The model's pooled features (its ``forward_head(pre_logits=True)``) of every image, float32."""
-    chunks = []
-    for start in range(0, len(images), batch_size):
-        tokens = model.forward_features(images[start : start + batch_size])
-        chunks.append(model.forward_head(tokens, pre_logits=True).float())
-    return torch.cat(chunks)
-
-
-def scores(model: torch.nn.Module, data: Any, classes: int) -> dict[str, float]:
-    train = pooled_features(model.eval(), data.train_images)
-    val = pooled_features(model, data.val_images)
-    knn = weighted_knn_accuracy(train, data.train_labels, val, data.val_labels, classes, K, TEMPERATURE)
-    probe = linear_probe(
-        train.double().numpy(), data.train_labels.numpy(), val.double().numpy(), data.val_labels.numpy()
-    )
-    return {"knn_top1": knn, "linear_probe_top1": probe, "feature_dim": int(train.shape[1])}
 
 
 def markdown(saved: dict[str, Any]) -> str:
@@ -62,8 +38,8 @@ def markdown(saved: dict[str, Any]) -> str:
             "",
             f"Written by `{saved['command']}` in {saved['minutes']:.1f} minutes ({saved['date']}) on {saved['data']}:"
             f" {saved['train_images']} training images (the k-NN bank and the probe's training set) and"
-            f" {saved['val_images']} validation images (scored). Weighted k-NN with k {K} and temperature"
-            f" {TEMPERATURE} on the pooled features; the probe is a logistic regression on standardised features.",
+            f" {saved['val_images']} validation images (scored). Weighted k-NN with k {KNN_K} and temperature"
+            f" {KNN_TEMPERATURE} on the pooled features; the probe is a logistic regression on standardised features.",
             "",
             "| encoder | model | k-NN top-1 | linear probe top-1 |",
             "|---|---|---|---|",
@@ -85,7 +61,6 @@ def main() -> None:
     if data_config is None:
         raise SystemExit(f"simdino_eval.py: {args.encoder} records no data config; evaluate a checkpoint of a run")
     data = load_data(data_config, encoder, limit=None)
-    classes = int(max(data.train_labels.max(), data.val_labels.max())) + 1
     models = {"SimDINO": encoder, "random init": initialised(encoder, 0)}
     if args.mae:
         models["CRATE-MAE"] = load_run(_recorded_name(args.mae), args.mae)[0]
@@ -94,7 +69,7 @@ def main() -> None:
             raise SystemExit("simdino_eval.py: the two encoders normalise images differently; score them apart")
     results = {}
     for label, model in models.items():
-        results[label] = {"model": type(model).__name__, **scores(model, data, classes)}
+        results[label] = {"model": type(model).__name__, **frozen_feature_scores(model, data)}
         print(f"{label}: {results[label]}", flush=True)
     saved = {
         "command": " ".join(["python", "benchmarks/simdino_eval.py", *sys.argv[1:]]),
@@ -103,7 +78,7 @@ def main() -> None:
         "data": data.name,
         "train_images": len(data.train_images),
         "val_images": len(data.val_images),
-        "knn": {"k": K, "temperature": TEMPERATURE},
+        "knn": {"k": KNN_K, "temperature": KNN_TEMPERATURE},
         "results": results,
     }
     out = Path(args.out)

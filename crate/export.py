@@ -6,8 +6,12 @@
 (also installed as ``crate-export``). Writes ``NAME.safetensors`` (its metadata records the architecture,
 its settings and the run's data config), the card ``NAME.md`` and its data ``NAME.json`` (architecture,
 data, recipe, epochs, validation accuracy measured on the exported file over the data the run held out,
-the command that produced it, the line that loads it, sha256). Every zoo classifier exports; a
-masked-pretraining checkpoint (no classifier) is refused: probe or fine-tune it first.
+the command that produced it, the line that loads it, sha256). Every zoo classifier exports. A
+self-distillation run (``pretrain.py --objective simdino``) exports its teacher backbone as an encoder
+(``num_classes=0``): its card scores the exported file's frozen features by weighted k-NN and a linear probe
+on the run's val split, beside the same architecture at its random initialisation and any ``--control
+LABEL=CHECKPOINT`` encoders (a CRATE-MAE run, say). A masked-pretraining checkpoint is refused: probe or
+fine-tune it first.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from safetensors.torch import save_file
 from timm.models import get_pretrained_cfg
 
 from crate.errors import one_line
-from crate.interpret.loading import describe_data, held_out_accuracy, held_out_set
+from crate.interpret.controls import initialised, remember_build
+from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores
+from crate.interpret.loading import EvalData, describe_data, held_out_accuracy, held_out_set, load_data, load_run
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
@@ -46,11 +52,7 @@ def _read_lightning_checkpoint(path: Path) -> Checkpoint:
             ".ckpt files that train.py writes"
         )
     if module_kind(held) == "SelfDistillation":
-        raise CheckpointError(
-            f"{held.describe()} is a self-distillation run (pretrain.py --objective simdino): it has no classifier "
-            "to export. Score its encoder with benchmarks/simdino_eval.py --encoder PATH, or fine-tune it "
-            "(train.py fit --model.pretrained_file PATH) and export that run"
-        )
+        return held  # exported as an encoder
     if module_kind(held) == "MaskedAutoencoder" or "num_classes" not in held.lightning["hyper_parameters"]:
         raise CheckpointError(
             f"{held.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "
@@ -113,6 +115,24 @@ def _run_config(ckpt: Path) -> dict[str, Any]:
     return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
 
 
+def _frozen_feature_lines(card: dict[str, Any]) -> str:
+    """The encoder card's section: k-NN and probe accuracy of the file and of its controls."""
+    scored = card.get("frozen_features")
+    if not scored:
+        return f"not measured ({card['accuracy_note']})"
+    rows = "\n".join(
+        f"| {label} | {entry['knn_top1']:.4f} | {entry['linear_probe_top1']:.4f} |" for label, entry in scored.items()
+    )
+    return f"""frozen features scored on the {card["val_images"]} validation images its run held out \
+(float32): weighted k-NN (k {KNN_K}, temperature {KNN_TEMPERATURE}; the bank: the {card["bank_images"]} training \
+images) and a logistic-regression probe on the standardised features, beside its controls
+
+| encoder | k-NN top-1 | linear probe top-1 |
+|---|---|---|
+{rows}
+"""
+
+
 def _card_markdown(card: dict[str, Any]) -> str:
     recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
     accuracy = card["val_accuracy"]
@@ -129,13 +149,20 @@ def _card_markdown(card: dict[str, Any]) -> str:
         if accuracy is not None
         else f"not measured ({card['accuracy_note']})"
     )
+    encoder = card["num_classes"] == 0
+    measured = (
+        f"- measured on this file at export: {_frozen_feature_lines(card)}"
+        if encoder
+        else f"- validation accuracy, measured on this file at export: {accuracy_line}"
+    )
+    classes = f"{card['num_classes']} classes"
+    outputs = f"an encoder ({card.get('num_features')} features, no classifier)" if encoder else classes
     return f"""# {card["name"]}
 
-- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, \
-{card["num_classes"]} classes
+- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, {outputs}
 - data: {card["data"]}
 - trained: {card["epochs"]} epochs, {card["global_step"]} optimizer steps
-- validation accuracy, measured on this file at export: {accuracy_line}
+{measured}
 - load (after `import crate, timm`): `{card["load"]}`
 - sha256 of `{card["file"]}`: `{card["sha256"]}`
 
@@ -158,6 +185,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
 _RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
 _RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
+_RECIPE_KEYS += ("head_hidden_dim", "head_dim", "head_layers", "eps", "coeff", "expa_type", "teacher_momentum")
 
 
 def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -190,6 +218,33 @@ def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[st
     )
 
 
+def _score_encoder(
+    reloaded: torch.nn.Module, build: tuple[str, dict[str, Any]], data: EvalData, controls: dict[str, Path]
+) -> dict[str, dict[str, Any]]:
+    """Frozen-feature scores of the exported encoder (as its load line builds it), of the same build at its
+    seed-0 initialisation (where the zoo's recipes start training) and of each control encoder."""
+    remember_build(reloaded, *build)
+    scored = {"this file": frozen_feature_scores(reloaded, data)}
+    scored["random init (seed 0)"] = frozen_feature_scores(initialised(reloaded, 0), data)
+    for label, path in controls.items():
+        held = read_checkpoint(path)
+        if held.model_name is None:
+            raise CheckpointError(f"--control {label}={path}: the file records no model name; give a run's .ckpt")
+        control = load_run(held.model_name, path)[0]
+        ours, theirs = reloaded.pretrained_cfg, control.pretrained_cfg
+        if (ours.get("mean"), ours.get("std"), ours.get("input_size")) != (
+            theirs.get("mean"),
+            theirs.get("std"),
+            theirs.get("input_size"),
+        ):
+            raise CheckpointError(
+                f"--control {label}={path}: {held.model_name} takes other inputs (mean, std or size) than the "
+                "exported encoder, so one data set cannot score both; score it apart"
+            )
+        scored[label] = frozen_feature_scores(control, data)
+    return scored
+
+
 def export_checkpoint(
     ckpt: str | Path,
     out: str | Path | None = None,
@@ -198,6 +253,7 @@ def export_checkpoint(
     data_overrides: dict[str, Any] | None = None,
     measure: bool = True,
     hub_dir: str | Path | None = None,
+    controls: dict[str, str | Path] | None = None,
 ) -> dict[str, Any]:
     """Write ``out`` (safetensors, floating tensors stored as ``dtype``) with its card, and/or ``hub_dir`` (a
     hub folder: ``config.json``, ``model.safetensors`` and the card as ``README.md``, loadable with
@@ -206,7 +262,8 @@ def export_checkpoint(
     (reloaded through timm), over the validation split of the data config the checkpoint records
     (``data_overrides`` of its settings, such as ``{"root": DIR}`` for data that moved; ``measure=False``
     leaves it unmeasured). A checkpoint that records no data is exported without an accuracy, and its card
-    says so."""
+    says so. A self-distillation run is written as an encoder (no classifier) whose card scores its frozen
+    features, its random initialisation's and those of ``controls`` ({label: checkpoint}) on the same split."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if out is None and hub_dir is None:
@@ -219,11 +276,17 @@ def export_checkpoint(
     if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
         raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
     checkpoint = _read_lightning_checkpoint(ckpt)
+    encoder = module_kind(checkpoint) == "SelfDistillation"
+    controls = {label: Path(path) for label, path in (controls or {}).items()}
+    if controls and not encoder:
+        raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")
+    for label, path in controls.items():
+        if not path.is_file():
+            raise FileNotFoundError(f"--control {label}={path}: no such file")
     hp = checkpoint.lightning["hyper_parameters"]
+    num_classes = 0 if encoder else hp["num_classes"]
     model_kwargs = checkpoint.architecture_kwargs
-    model = create_classifier(
-        hp["model_name"], hp["num_classes"], hp.get("in_chans", 3), hp.get("img_size"), **model_kwargs
-    )
+    model = create_classifier(hp["model_name"], num_classes, hp.get("in_chans", 3), hp.get("img_size"), **model_kwargs)
     if not type(model).__module__.startswith("crate."):
         raise CheckpointError(
             f"{ckpt} holds {hp['model_name']}, a timm model outside the zoo: export writes zoo models, whose "
@@ -234,7 +297,7 @@ def export_checkpoint(
     model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
     model.eval()
     model_config = {
-        "num_classes": hp["num_classes"],
+        "num_classes": num_classes,
         "in_chans": hp.get("in_chans", 3),
         "img_size": hp.get("img_size"),
         "model_kwargs": model_kwargs,
@@ -254,10 +317,13 @@ def export_checkpoint(
             written.append(out)
             save_file(state, str(out), metadata=metadata)
             load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
-        held_out = None
+        held_out = eval_data = None
         if checkpoint.data_config is not None and measure:
             try:
-                held_out = held_out_set(checkpoint.data_config, model, data_overrides)
+                if encoder:  # every image of both splits: the k-NN bank and probe data, and what is scored
+                    eval_data = load_data(checkpoint.data_config, model, limit=None, overrides=data_overrides)
+                else:
+                    held_out = held_out_set(checkpoint.data_config, model, data_overrides)
             except (FileNotFoundError, DataError, ValueError) as err:
                 raise DataError(
                     f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "
@@ -269,11 +335,19 @@ def export_checkpoint(
             _write_hub_folder(model, hub, getattr(held_out, "classes", None))
             if out is None:
                 load_name, load_kwargs = f"local-dir:{hub}", {"pretrained": True}
-        accuracy, images, note = None, None, ""
+        accuracy, images, note, frozen = None, None, "", None
         if checkpoint.data_config is None:
             note = "the checkpoint records no data config, and no config.yaml lies beside its run"
         elif not measure:
             note = "export was asked not to measure it"
+        elif eval_data is not None:
+            reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
+            frozen = _score_encoder(reloaded, (load_name, load_kwargs), eval_data, controls)
+            images = len(eval_data.val_images)
+            if hub is not None and out is not None:  # the hub folder holds the same encoder
+                folder_model = timm.create_model(f"local-dir:{hub}", pretrained=True)
+                if frozen_feature_scores(folder_model, eval_data) != frozen["this file"]:
+                    raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s k-NN and probe scores")
         else:
             reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
             accuracy, images = held_out_accuracy(reloaded, held_out), len(held_out)
@@ -302,7 +376,8 @@ def export_checkpoint(
             "timm_name": name if "." in name else hp["model_name"],
             "model_name": hp["model_name"],
             "parameters": sum(p.numel() for p in model.parameters()),
-            "num_classes": hp["num_classes"],
+            "num_classes": num_classes,
+            "num_features": model.num_features,
             "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
             "data": describe_data(data) if data else "unknown (the checkpoint records no data config)",
             "data_config": data or None,
@@ -310,6 +385,7 @@ def export_checkpoint(
             "global_step": checkpoint.lightning["global_step"],
             "val_accuracy": accuracy,
             "val_images": images,
+            **({"frozen_features": frozen, "bank_images": len(eval_data.train_images)} if frozen else {}),
             "accuracy_note": note,
             "recipe": recipe,
             "file": weights.name,
@@ -358,19 +434,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-accuracy", action="store_true", help="do not measure the accuracy (the card then states none)"
     )
+    parser.add_argument(
+        "--control",
+        action="append",
+        default=[],
+        metavar="LABEL=CHECKPOINT",
+        help="an encoder export (self-distillation run): another encoder to score beside it, e.g. "
+        "'CRATE-MAE=logs/.../last.ckpt' (repeatable)",
+    )
     args = parser.parse_args(argv)
     overrides = {"root": args.data_root} if args.data_root else None
+    controls = {}
+    for entry in args.control:
+        label, sep, path = entry.partition("=")
+        if not sep or not label.strip() or not path:
+            parser.error(f"--control takes LABEL=CHECKPOINT, got {entry!r}")
+        controls[label.strip()] = path
     try:
         card = export_checkpoint(
-            args.checkpoint, args.out, args.train_command, args.dtype, overrides, not args.no_accuracy, args.hub_dir
+            args.checkpoint,
+            args.out,
+            args.train_command,
+            args.dtype,
+            overrides,
+            not args.no_accuracy,
+            args.hub_dir,
+            controls,
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, DataError, ValueError) as err:
         parser.exit(2, f"crate-export: error: {one_line(err)}\n")
-    accuracy = card["val_accuracy"]
-    print(
-        f"wrote {' and '.join(p for p in (args.out, args.hub_dir) if p)} ({card['parameters']:,} parameters"
-        + (f", val accuracy {accuracy:.4f} on {card['val_images']} held-out images)" if accuracy is not None else ")")
-    )
+    accuracy, frozen = card["val_accuracy"], card.get("frozen_features")
+    measured = ")"
+    if accuracy is not None:
+        measured = f", val accuracy {accuracy:.4f} on {card['val_images']} held-out images)"
+    elif frozen:
+        measured = ", encoder; " + "; ".join(
+            f"{label}: k-NN {entry['knn_top1']:.4f}, probe {entry['linear_probe_top1']:.4f}"
+            for label, entry in frozen.items()
+        )
+        measured += f" on {card['val_images']} held-out images)"
+    written = " and ".join(p for p in (args.out, args.hub_dir) if p)
+    print(f"wrote {written} ({card['parameters']:,} parameters{measured}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 
 (also ``make results``). A shipped tag is a zoo tag whose weights lie in the installed package
 (``checkpoints/``); each is evaluated on the validation split of the data config its file records, with the
-model built by ``timm.create_model(tag, pretrained=True)``. Columns as timm's ``validate.py`` writes them:
+model built by ``timm.create_model(tag, pretrained=True)``. Encoders (tags with no classifier, such as
+``crate_nano_patch4_32.cifar10_simdino``) have no top-1 to report; their cards hold their k-NN and probe scores.
+Columns as timm's ``validate.py`` writes them:
 model, img_size, top1, top1_err, top5, top5_err (percent), param_count (millions), crop_pct, interpolation;
 rows by top-1, best first. Tags whose weights live on a hub are not evaluated here (no network).
 """
@@ -29,13 +31,14 @@ __all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "shipped_tags"]
 COLUMNS = ("model", "img_size", "top1", "top1_err", "top5", "top5_err", "param_count", "crop_pct", "interpolation")
 
 
-def shipped_tags() -> list[str]:
-    """The zoo's pretrained tags whose weights file lies on this machine (the package's ``checkpoints/``)."""
+def shipped_tags(classifiers: bool = True) -> list[str]:
+    """The zoo's pretrained tags whose weights file lies on this machine (the package's ``checkpoints/``): the
+    classifiers, or with ``classifiers=False`` the encoders (no classifier)."""
     tags = []
     for tag in timm.list_pretrained():
         cfg = timm.models.get_pretrained_cfg(tag)
         in_zoo = timm.models.model_entrypoint(tag.split(".")[0]).__module__.startswith("crate.")
-        if in_zoo and cfg.file and Path(cfg.file).is_file():
+        if in_zoo and cfg.file and Path(cfg.file).is_file() and (cfg.num_classes != 0) == classifiers:
             tags.append(tag)
     return sorted(tags)
 
@@ -81,6 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tags", nargs="*", help="tags to evaluate (default: every shipped tag)")
     args = parser.parse_args(argv)
     tags = args.tags or shipped_tags()
+    encoders = sorted(set(tags) & set(shipped_tags(classifiers=False)))
+    if encoders:
+        parser.exit(
+            2,
+            f"crate-results: error: {', '.join(encoders)}: an encoder (no classifier) has no top-1; "
+            "its card (checkpoints/<tag>.md) holds its k-NN and linear-probe scores\n",
+        )
     tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tag in tags:
         try:

@@ -113,6 +113,14 @@ def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, cap
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_controls_are_for_encoders_only(lightning_run, tmp_path: Path) -> None:
+    run, _ = lightning_run
+    ckpt = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match="--control scores encoders"):
+        export_checkpoint(ckpt, tmp_path / "x.safetensors", controls={"other": ckpt})
+    assert not (tmp_path / "x.safetensors").exists()
+
+
 def test_a_failed_export_puts_back_the_file_it_was_replacing(lightning_run, tmp_path: Path, monkeypatch) -> None:
     run, _ = lightning_run
     out = tmp_path / "crate_nano_patch4_32.test.safetensors"

@@ -1,5 +1,6 @@
 """SimDINO self-distillation (crate.lit.SelfDistillation): the teacher is the student's moving average and gets
-no gradient; the checkpoint yields the teacher's backbone; a data module without multi-crop views is refused."""
+no gradient; the checkpoint yields the teacher's backbone, which crate.export writes as an encoder whose card scores
+it (checked against a numpy k-NN); a data module without multi-crop views is refused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pytest
+import timm
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
 
@@ -16,7 +19,6 @@ import crate  # noqa: F401
 from crate.data import MultiCrop
 from crate.export import export_checkpoint
 from crate.lit import SelfDistillation, StoredImageFolderDataModule
-from crate.models import CheckpointError
 from crate.models.checkpoint import read_checkpoint
 
 
@@ -97,8 +99,72 @@ def test_the_teacher_is_the_student_s_moving_average_and_the_checkpoint_yields_i
     assert sorted(weights) == sorted(expected)
     for key, value in expected.items():
         torch.testing.assert_close(weights[key], value)
-    with pytest.raises(CheckpointError, match="self-distillation run"):  # no classifier: export says what to do
-        export_checkpoint(path, tmp_path / "encoder.safetensors")
+
+
+def _numpy_knn(bank: np.ndarray, bank_labels: np.ndarray, queries: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """DINO's weighted k-NN, written out in float64 numpy: cosine similarity, the k nearest, exp(s / 0.07) votes."""
+    bank = bank / np.linalg.norm(bank, axis=1, keepdims=True)
+    queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    similarity = queries @ bank.T
+    correct = 0
+    for row, label in zip(similarity, labels, strict=True):
+        nearest = np.argsort(-row)[:k]
+        votes = np.zeros(bank_labels.max() + 1)
+        np.add.at(votes, bank_labels[nearest], np.exp(row[nearest] / 0.07))
+        correct += int(votes.argmax() == label)
+    return correct / len(labels)
+
+
+def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_random_init(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    images = _folder(tmp_path / "images", per_class=12)
+    crops = {"global_crops": 2, "local_crops": 2}
+    data = StoredImageFolderDataModule(str(images), batch_size=8, drop_last=True, multi_crop=MultiCrop(**crops))
+    module = _module()
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, data)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
+    init_args = {"root": str(images), "batch_size": 8, "drop_last": True, "multi_crop": crops}
+    config = {
+        "seed_everything": 0,
+        "data": {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": init_args},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "crate_nano_patch4_32.test_simdino.safetensors"
+    card = export_checkpoint(
+        run / "checkpoints" / "last.ckpt", out, controls={"the run again": run / "checkpoints" / "last.ckpt"}
+    )
+    assert card["num_classes"] == 0 and card["val_accuracy"] is None and card["val_images"] == 8
+    encoder = timm.create_model(
+        "crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay={"file": str(out)}, num_classes=0, depth=1
+    ).eval()
+    # the file's features are the teacher's; scored independently (numpy k-NN over every train image)
+    train = torch.stack([image for image, _ in data.train_set])
+    val = torch.stack([image for image, _ in data.val_set])
+    train_labels = np.array([int(label) for _, label in data.train_set])
+    val_labels = np.array([int(label) for _, label in data.val_set])
+    teacher = module.model.eval()
+    with torch.no_grad():
+        assert torch.equal(encoder(val), teacher(val))
+        expected = _numpy_knn(
+            teacher(train).double().numpy(), train_labels, teacher(val).double().numpy(), val_labels, 20
+        )
+        torch.manual_seed(0)
+        fresh = timm.create_model("crate_nano_patch4_32", num_classes=0, img_size=32, depth=1).eval()
+        at_init = _numpy_knn(fresh(train).double().numpy(), train_labels, fresh(val).double().numpy(), val_labels, 20)
+    scored = card["frozen_features"]
+    assert list(scored) == ["this file", "random init (seed 0)", "the run again"]
+    assert scored["this file"]["knn_top1"] == pytest.approx(expected, abs=1e-9)
+    assert scored["random init (seed 0)"]["knn_top1"] == pytest.approx(at_init, abs=1e-9)
+    assert scored["the run again"] == scored["this file"]
+    markdown = out.with_suffix(".md").read_text()
+    assert "no classifier" in markdown and f"| this file | {expected:.4f} |" in markdown
+    assert card["recipe"]["teacher_momentum"] == 0.996 and card["bank_images"] == 24
+    with pytest.raises(FileNotFoundError, match="--control gone"):  # refused before anything is written
+        export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "y.safetensors", controls={"gone": run / "x"})
+    assert not (tmp_path / "y.safetensors").exists()
 
 
 def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
-from .shipped import cifar10_cfg, digits_cfg
+from .shipped import cifar10_cfg, cifar10_simdino_cfg, digits_cfg
 
 __all__ = ["CPU_SIZES", "CRATE", "CrateBlock"]
 
@@ -249,6 +249,7 @@ default_cfgs = generate_default_cfgs(
         ),
         "crate_nano_patch4_32.digits": digits_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.cifar10": cifar10_cfg("crate_nano_patch4_32", cpu_cfg()),
+        "crate_nano_patch4_32.cifar10_simdino": cifar10_simdino_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.*": cpu_cfg(),
         "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
         "crate_micro_patch4_32.cifar10": cifar10_cfg("crate_micro_patch4_32", cpu_cfg()),

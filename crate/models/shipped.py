@@ -6,7 +6,7 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CIFAR10_CLASSES", "cifar10_cfg", "digits_cfg", "shipped_checkpoint"]
+__all__ = ["CIFAR10_CLASSES", "cifar10_cfg", "cifar10_simdino_cfg", "digits_cfg", "shipped_checkpoint"]
 
 # CIFAR-10's classes in label order (the sorted class folders, as torchvision numbers them too)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -53,5 +53,24 @@ def cifar10_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
         license="mit",
         notes=(
             "trained from scratch on CIFAR-10's train split (45,000 images); accuracy on its 5,000-image val split",
+        ),
+    )
+
+
+def cifar10_simdino_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
+    """The pretrained cfg of ``<variant>.cifar10_simdino``: an encoder (no classifier, ``num_classes=0``)
+    pretrained by SimDINO self-distillation on CIFAR-10's train images without their labels, scored by weighted
+    k-NN and a linear probe of its frozen features on the val split. Input and normalisation as
+    :func:`cifar10_cfg`."""
+    return dict(
+        base,
+        file=shipped_checkpoint(f"{variant}.cifar10_simdino.safetensors"),
+        num_classes=0,
+        input_size=(3, 32, 32),
+        crop_pct=1.0,
+        license="mit",
+        notes=(
+            "self-supervised (SimDINO) on CIFAR-10's train split (45,000 images, labels unused); an encoder: "
+            "k-NN and linear-probe accuracy of its features on the 5,000-image val split are on its card",
         ),
     )
