@@ -1,6 +1,7 @@
 """SimDINO self-distillation (crate.lit.SelfDistillation): the teacher is the student's moving average and gets
 no gradient; the checkpoint yields the teacher's backbone, which crate.export writes as an encoder whose card scores
-it (checked against a numpy k-NN); a data module without multi-crop views is refused."""
+it (checked against a numpy k-NN); a short run on a stand-in (digits) lowers the loss and lifts k-NN above the
+random init; a data module without multi-crop views is refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from PIL import Image
 
 import crate  # noqa: F401
 from crate.data import MultiCrop
+from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 from crate.export import export_checkpoint
 from crate.lit import SelfDistillation, StoredImageFolderDataModule
 from crate.models.checkpoint import read_checkpoint
@@ -181,3 +183,63 @@ def test_settings_are_checked() -> None:
         _module(knn_temperature=0.0)
     with pytest.raises(ValueError, match="global_size"):
         StoredImageFolderDataModule("/nonexistent", img_size=32, multi_crop=MultiCrop(global_size=16))
+
+
+class _StepLosses(Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.compression: list[float] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        self.losses.append(float(outputs["loss"]))
+        self.compression.append(float(trainer.callback_metrics["train/compression"]))
+
+
+@pytest.mark.slow
+def test_a_short_pretraining_lowers_the_loss_and_lifts_k_nn_above_the_random_init(tmp_path: Path) -> None:
+    """The stand-in: scikit-learn's digits (1,437 train, 360 val) as a 32-pixel RGB image folder; a one-block
+    crate_nano, eight epochs (176 steps, about 20 s on two cores). Measured: k-NN 0.69 at initialisation, 0.81
+    after. At this scale the head ends collapsed (every image's views on one feature: compression 1, the
+    expansion term at its floor) while the backbone's features improve; the 20-epoch CIFAR-10 run leaves the
+    collapse within 150 steps (docs/self_supervised.md)."""
+    train, val = load_digits_tensors(img_size=32, in_chans=1)
+    root = tmp_path / "digits"
+    for split, held in (("train", train), ("val", val)):
+        for index, (image, label) in enumerate(zip(held.images, held.labels, strict=True)):
+            folder = root / split / str(int(label))
+            folder.mkdir(parents=True, exist_ok=True)
+            grey = ((image[0] * DIGITS_STD + DIGITS_MEAN).clamp(0, 1) * 255).to(torch.uint8).numpy()
+            Image.fromarray(np.stack([grey] * 3, axis=-1)).save(folder / f"{index}.png")
+    torch.manual_seed(0)
+    crops = MultiCrop(global_crops=2, local_crops=4)
+    data = StoredImageFolderDataModule(str(root), batch_size=64, drop_last=True, multi_crop=crops)
+    module = SelfDistillation(
+        "crate_nano_patch4_32",
+        num_classes=10,
+        img_size=32,
+        model_kwargs={"depth": 1},
+        head_hidden_dim=128,
+        head_dim=32,
+        warmup_epochs=0,
+        lr=2e-3,
+        knn_bank=len(train.labels),
+    )
+    steps = _StepLosses()
+    trainer = L.Trainer(
+        max_epochs=8,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[steps],
+        num_sanity_val_steps=0,
+        log_every_n_steps=1,
+    )
+    at_init = trainer.validate(module, data, verbose=False)[0]["val/knn_acc"]  # the teacher is the random init
+    trainer.fit(module, data)
+    epoch = len(steps.losses) // 8
+    last = np.mean(steps.losses[-epoch:])
+    assert last < steps.losses[0] and last < np.mean(steps.losses[:epoch]) - 0.02, steps.losses
+    assert np.mean(steps.compression[-epoch:]) > steps.compression[0]  # the views were pulled together
+    knn = float(trainer.callback_metrics["val/knn_acc"])
+    assert knn > at_init + 0.05, (at_init, knn)
