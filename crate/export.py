@@ -32,12 +32,13 @@ from timm.models import get_pretrained_cfg
 
 from crate.errors import one_line
 from crate.interpret.controls import initialised, remember_build
-from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores
+from crate.interpret.frozen_features import frozen_feature_scores
 from crate.interpret.loading import EvalData, describe_data, held_out_accuracy, held_out_set, load_data, load_run
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
 from crate.lit.run_record import module_kind
+from crate.model_card import UNKNOWN_RUN_SETTING, card_markdown, hub_card
 from crate.models import Checkpoint, CheckpointError, checkpoint_filter_fn, read_checkpoint
 from crate.models.checkpoint import DATA_CONFIG_KEY
 
@@ -115,74 +116,7 @@ def _run_config(ckpt: Path) -> dict[str, Any]:
     return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
 
 
-def _frozen_feature_lines(card: dict[str, Any]) -> str:
-    """The encoder card's section: k-NN and probe accuracy of the file and of its controls."""
-    scored = card.get("frozen_features")
-    if not scored:
-        return f"not measured ({card['accuracy_note']})"
-    rows = "\n".join(
-        f"| {label} | {entry['knn_top1']:.4f} | {entry['linear_probe_top1']:.4f} |" for label, entry in scored.items()
-    )
-    return f"""frozen features scored on the {card["val_images"]} validation images its run held out \
-(float32): weighted k-NN (k {KNN_K}, temperature {KNN_TEMPERATURE}; the bank: the {card["bank_images"]} training \
-images) and a logistic-regression probe on the standardised features, beside its controls
-
-| encoder | k-NN top-1 | linear probe top-1 |
-|---|---|---|
-{rows}
-"""
-
-
-def _card_markdown(card: dict[str, Any]) -> str:
-    recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
-    accuracy = card["val_accuracy"]
-    precision = str(card["recipe"].get("precision", "32-true"))
-    differs = (
-        ""
-        if precision.startswith("32")
-        else "; `train.py validate` measures in the run's precision, which this card cannot name"
-        if precision == UNKNOWN_RUN_SETTING
-        else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
-    )
-    accuracy_line = (
-        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out (float32{differs})"
-        if accuracy is not None
-        else f"not measured ({card['accuracy_note']})"
-    )
-    encoder = card["num_classes"] == 0
-    measured = (
-        f"- measured on this file at export: {_frozen_feature_lines(card)}"
-        if encoder
-        else f"- validation accuracy, measured on this file at export: {accuracy_line}"
-    )
-    classes = f"{card['num_classes']} classes"
-    outputs = f"an encoder ({card.get('num_features')} features, no classifier)" if encoder else classes
-    return f"""# {card["name"]}
-
-- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, {outputs}
-- data: {card["data"]}
-- trained: {card["epochs"]} epochs, {card["global_step"]} optimizer steps
-{measured}
-- load (after `import crate, timm`): `{card["load"]}`
-- sha256 of `{card["file"]}`: `{card["sha256"]}`
-
-## Recipe
-
-| setting | value |
-|---|---|
-{recipe}
-
-## How it was made
-
-```bash
-{card["train_command"]}
-{card["export_command"]}
-```
-"""
-
-
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
 _RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
 _RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
 _RECIPE_KEYS += ("head_hidden_dim", "head_dim", "head_layers", "eps", "coeff", "expa_type", "teacher_momentum")
@@ -196,14 +130,6 @@ def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def _hub_card(card: dict[str, Any]) -> str:
-    """The card as a Hugging Face hub README (its metadata block, then the card)."""
-    from huggingface_hub import ModelCard, ModelCardData
-
-    data = ModelCardData(library_name="timm", license="mit", tags=["image-classification", "timm", "crate-zoo"])
-    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_card_markdown(card)}"))
 
 
 def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[str] | None) -> None:
@@ -399,17 +325,17 @@ def export_checkpoint(
         if out is not None:
             written += [out.with_suffix(".json"), out.with_suffix(".md")]
             out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
-            out.with_suffix(".md").write_text(_card_markdown(card))
+            out.with_suffix(".md").write_text(card_markdown(card))
         if hub is not None:
             folder_weights = hub / "model.safetensors"
-            hub_card = dict(
+            folder_card = dict(
                 card,
                 load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
                 file=folder_weights.name,
                 dtype="float32",
                 sha256=hashlib.sha256(folder_weights.read_bytes()).hexdigest(),
             )
-            (hub / "README.md").write_text(_hub_card(hub_card))
+            (hub / "README.md").write_text(hub_card(folder_card))
     except BaseException:
         for path in written:  # nothing half-written is left behind
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

@@ -7,6 +7,8 @@ What it writes, and from what:
 - the shipped tags (README.md, docs/checkpoints.md, between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``)
   from ``results/results-<dataset>.csv`` (``make results``: each tag measured through timm on its split) and
   each tag's card (``checkpoints/<tag>.json``: parameters, epochs);
+- the shipped encoders (the same two files, ``table:shipped-encoders``) from their cards: the k-NN and probe
+  accuracy ``crate.export`` measured on each file, beside the controls it scored with it;
 - the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
   (``benchmarks/controls_table.py --from-json``).
@@ -26,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # the table scripts import their siblings
 
-__all__ = ["REPO", "main", "rendered", "shipped_rows", "tags_table"]
+__all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_table"]
 
 DATASET_NAMES = {"digits": "digits (scikit-learn's 8x8 images)", "cifar10": "CIFAR-10 (val 5,000)"}
 
@@ -61,6 +63,29 @@ def tags_table(rows: list[dict[str, str]], full: bool, card_prefix: str | None) 
     return "\n".join(lines)
 
 
+def encoders_table(card_prefix: str | None) -> str:
+    """Markdown of the shipped encoders (cards with frozen-feature scores): k-NN / probe top-1 of the file and of
+    each control its card scored."""
+    lines = ["| tag | data | parameters | epochs | encoder | k-NN top-1 | probe top-1 | card |", "|" + "---|" * 8]
+    for path in sorted((REPO / "checkpoints").glob("*.json")):
+        card = json.loads(path.read_text())
+        if not card.get("frozen_features"):
+            continue
+        link = (
+            f"[card]({card_prefix}{card['name']}.md)" if card_prefix is not None else f"`checkpoints/{card['name']}.md`"
+        )
+        for index, (label, entry) in enumerate(card["frozen_features"].items()):
+            first = index == 0
+            cells = (
+                [f"`{card['name']}`", card["data"], f"{card['parameters']:,}", str(card["epochs"])]
+                if first
+                else [""] * 4
+            )
+            cells += [label, f"{100 * entry['knn_top1']:.2f}", f"{100 * entry['linear_probe_top1']:.2f}"]
+            lines.append("| " + " | ".join([*cells, link if first else ""]) + " |")
+    return "\n".join(lines)
+
+
 def _replace_block(text: str, name: str, body: str, path: Path) -> str:
     pattern = re.compile(rf"(<!-- table:{name} -->\n)(?:.*?\n)?(<!-- /table:{name} -->)", re.S)
     if not pattern.search(text):
@@ -75,12 +100,16 @@ def rendered() -> dict[Path, Callable[[], str]]:
 
     rows = shipped_rows()
 
-    def with_tags(path: Path, name: str, full: bool, card_prefix: str | None) -> Callable[[], str]:
-        return lambda: _replace_block(path.read_text(), name, tags_table(rows, full, card_prefix), path)
+    def with_tags(path: Path, full: bool, card_prefix: str | None) -> Callable[[], str]:
+        def render() -> str:
+            text = _replace_block(path.read_text(), "shipped-tags", tags_table(rows, full, card_prefix), path)
+            return _replace_block(text, "shipped-encoders", encoders_table(card_prefix), path)
+
+        return render
 
     files: dict[Path, Callable[[], str]] = {
-        REPO / "README.md": with_tags(REPO / "README.md", "shipped-tags", False, "checkpoints/"),
-        REPO / "docs" / "checkpoints.md": with_tags(REPO / "docs" / "checkpoints.md", "shipped-tags", True, None),
+        REPO / "README.md": with_tags(REPO / "README.md", False, "checkpoints/"),
+        REPO / "docs" / "checkpoints.md": with_tags(REPO / "docs" / "checkpoints.md", True, None),
     }
     for table in sorted((REPO / "docs").glob("zoo_table*.md")):
         if table.with_suffix(".json").is_file():

@@ -209,11 +209,11 @@ def test_every_subpackage_is_packaged() -> None:
 
 
 def test_a_card_of_a_bf16_run_says_validate_measures_in_bf16() -> None:
-    from crate.export import _card_markdown
+    from crate.model_card import card_markdown
 
     card = json.loads((REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.json").read_text())
     assert card["recipe"]["precision"] == "bf16-mixed"
-    line = next(line for line in _card_markdown(card).splitlines() if "measured on this file" in line)
+    line = next(line for line in card_markdown(card).splitlines() if "measured on this file" in line)
     assert "(float32; `train.py validate` measures in the run's precision (bf16-mixed)" in line
     assert line in (REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.md").read_text()
 
@@ -223,7 +223,7 @@ def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_
 ) -> None:
     """Without the run's config.yaml the precision and seed are unknown: the card says so instead of the
     float32 default (a bf16 run moved out of its folder would otherwise be carded as float32)."""
-    from crate.export import UNKNOWN_RUN_SETTING
+    from crate.model_card import UNKNOWN_RUN_SETTING
 
     run, _ = lightning_run
     moved = tmp_path / "moved.ckpt"

@@ -1,0 +1,86 @@
+"""The model card of an exported file: its markdown (``NAME.md`` beside the weights) and the same card as a
+Hugging Face hub README, both written from the card's data (``NAME.json``, made by :mod:`crate.export`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
+
+__all__ = ["UNKNOWN_RUN_SETTING", "card_markdown", "hub_card"]
+
+UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
+
+
+def _frozen_feature_lines(card: dict[str, Any]) -> str:
+    """The encoder card's section: k-NN and probe accuracy of the file and of its controls."""
+    scored = card.get("frozen_features")
+    if not scored:
+        return f"not measured ({card['accuracy_note']})"
+    rows = "\n".join(
+        f"| {label} | {entry['knn_top1']:.4f} | {entry['linear_probe_top1']:.4f} |" for label, entry in scored.items()
+    )
+    return f"""frozen features scored on the {card["val_images"]} validation images its run held out \
+(float32): weighted k-NN (k {KNN_K}, temperature {KNN_TEMPERATURE}; the bank: the {card["bank_images"]} training \
+images) and a logistic-regression probe on the standardised features, beside its controls
+
+| encoder | k-NN top-1 | linear probe top-1 |
+|---|---|---|
+{rows}
+"""
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
+    accuracy = card["val_accuracy"]
+    precision = str(card["recipe"].get("precision", "32-true"))
+    differs = (
+        ""
+        if precision.startswith("32")
+        else "; `train.py validate` measures in the run's precision, which this card cannot name"
+        if precision == UNKNOWN_RUN_SETTING
+        else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
+    )
+    accuracy_line = (
+        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out (float32{differs})"
+        if accuracy is not None
+        else f"not measured ({card['accuracy_note']})"
+    )
+    encoder = card["num_classes"] == 0
+    measured = (
+        f"- measured on this file at export: {_frozen_feature_lines(card)}"
+        if encoder
+        else f"- validation accuracy, measured on this file at export: {accuracy_line}"
+    )
+    classes = f"{card['num_classes']} classes"
+    outputs = f"an encoder ({card.get('num_features')} features, no classifier)" if encoder else classes
+    return f"""# {card["name"]}
+
+- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, {outputs}
+- data: {card["data"]}
+- trained: {card["epochs"]} epochs, {card["global_step"]} optimizer steps
+{measured}
+- load (after `import crate, timm`): `{card["load"]}`
+- sha256 of `{card["file"]}`: `{card["sha256"]}`
+
+## Recipe
+
+| setting | value |
+|---|---|
+{recipe}
+
+## How it was made
+
+```bash
+{card["train_command"]}
+{card["export_command"]}
+```
+"""
+
+
+def hub_card(card: dict[str, Any]) -> str:
+    """The card as a Hugging Face hub README (its metadata block, then the card)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    data = ModelCardData(library_name="timm", license="mit", tags=["image-classification", "timm", "crate-zoo"])
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{card_markdown(card)}"))
