@@ -1,13 +1,15 @@
 """k-NN and linear-probe accuracy of self-supervised encoders beside their controls, on a data set's val split.
 
-    .venv/bin/python benchmarks/simdino_eval.py --encoder RUN/checkpoints/last.ckpt --mae MAE_RUN/checkpoints/last.ckpt
+    .venv/bin/python benchmarks/simdino_eval.py --encoder RUN/checkpoints/last.ckpt [--encoder RUN2/...] \
+        --control "CRATE-MAE=MAE_RUN/checkpoints/last.ckpt"
 
-For the encoder (a SimDINO run's checkpoint, or an exported file / pretrained tag with ``--model``), the same
-architecture at the initialisation its training started from (seed 0: the random-init control) and, where
-given, a CRATE-MAE encoder (the masked-pretraining control): each image's pooled feature (the model with no
-classifier, on the evaluation transform of the data its run trained on), then DINO's weighted k-NN (k 20,
-temperature 0.07; bank: every training image) and a logistic-regression probe on the standardised features
-(crate.interpret.evaluate.linear_probe), both scored on every validation image. The JSON keeps every number.
+For each encoder (a SimDINO run's checkpoint, or an exported file), the same architecture at the
+initialisation its training started from (seed 0: the random-init control) and each ``--control LABEL=PATH``
+(another encoder, such as a CRATE-MAE run: the masked-pretraining control) are scored by
+:func:`crate.interpret.frozen_features.frozen_feature_scores` on the data the first encoder's run trained on
+(its evaluation transform): DINO's weighted k-NN (k 20, temperature 0.07; bank: every training image) and a
+logistic-regression probe on the standardised pooled features, both on every validation image. The JSON keeps
+every number. ``crate.export`` writes the same scores of one encoder on its card.
 """
 
 from __future__ import annotations
@@ -51,22 +53,32 @@ def markdown(saved: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--encoder", required=True, help="the SimDINO checkpoint (or exported file)")
-    parser.add_argument("--model", default=None, help="its model name, where the file does not record it")
-    parser.add_argument("--mae", default=None, help="a CRATE-MAE checkpoint: the masked-pretraining control")
+    parser.add_argument(
+        "--encoder", action="append", required=True, help="a SimDINO checkpoint (repeatable; each with its random init)"
+    )
+    parser.add_argument("--control", action="append", default=[], metavar="LABEL=PATH", help="another encoder")
     parser.add_argument("--out", default="docs/simdino_cifar10.md")
     args = parser.parse_args()
     start = time.perf_counter()
-    encoder, data_config = load_run(args.model or _recorded_name(args.encoder), args.encoder)
-    if data_config is None:
-        raise SystemExit(f"simdino_eval.py: {args.encoder} records no data config; evaluate a checkpoint of a run")
-    data = load_data(data_config, encoder, limit=None)
-    models = {"SimDINO": encoder, "random init": initialised(encoder, 0)}
-    if args.mae:
-        models["CRATE-MAE"] = load_run(_recorded_name(args.mae), args.mae)[0]
-        ours, theirs = encoder.pretrained_cfg, models["CRATE-MAE"].pretrained_cfg
-        if (ours.get("mean"), ours.get("std")) != (theirs.get("mean"), theirs.get("std")):
-            raise SystemExit("simdino_eval.py: the two encoders normalise images differently; score them apart")
+    models, data_config = {}, None
+    for path in args.encoder:
+        name = _recorded_name(path)
+        encoder, recorded = load_run(name, path)
+        if recorded is None:
+            raise SystemExit(f"simdino_eval.py: {path} records no data config; evaluate a checkpoint of a run")
+        data_config = data_config or recorded
+        models[f"SimDINO {name}"] = encoder
+        models[f"random init {name}"] = initialised(encoder, 0)
+    for entry in args.control:
+        label, sep, path = entry.partition("=")
+        if not sep:
+            raise SystemExit(f"simdino_eval.py: --control takes LABEL=PATH, got {entry!r}")
+        models[label] = load_run(_recorded_name(path), path)[0]
+    first = next(iter(models.values())).pretrained_cfg
+    for label, model in models.items():
+        if (model.pretrained_cfg.get("mean"), model.pretrained_cfg.get("std")) != (first.get("mean"), first.get("std")):
+            raise SystemExit(f"simdino_eval.py: {label} normalises images differently from the first encoder")
+    data = load_data(data_config, next(iter(models.values())), limit=None)
     results = {}
     for label, model in models.items():
         results[label] = {"model": type(model).__name__, **frozen_feature_scores(model, data)}
