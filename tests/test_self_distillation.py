@@ -36,16 +36,22 @@ def _folder(root: Path, per_class: int = 8) -> Path:
 
 
 def _module(**kwargs) -> SelfDistillation:
-    return SelfDistillation(
-        "crate_nano_patch4_32",
-        num_classes=2,
-        img_size=32,
-        model_kwargs={"depth": 1},
-        head_hidden_dim=32,
-        head_dim=16,
-        warmup_epochs=0,
-        knn_bank=16,
-        knn_k=3,
+    """A one-block crate_nano with a small head and no warmup; ``kwargs`` override."""
+    settings = dict(num_classes=2, head_hidden_dim=32, head_dim=16, knn_bank=16, knn_k=3)
+    settings.update(kwargs)
+    return SelfDistillation("crate_nano_patch4_32", img_size=32, model_kwargs={"depth": 1}, warmup_epochs=0, **settings)
+
+
+def _quiet_trainer(epochs: int, callback: Callback, **kwargs) -> L.Trainer:
+    """A CPU trainer without logger, checkpoints, progress bar or sanity check, with one callback."""
+    return L.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+        num_sanity_val_steps=0,
         **kwargs,
     )
 
@@ -81,15 +87,7 @@ def test_the_teacher_is_the_student_s_moving_average_and_the_checkpoint_yields_i
     )
     module = _module(teacher_momentum=0.5)
     recorder = _RecordTeacher()
-    trainer = L.Trainer(
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorder],
-        num_sanity_val_steps=0,
-    )
+    trainer = _quiet_trainer(2, recorder)
     trainer.fit(module, data)
     assert len(recorder.records) == 4  # two steps an epoch (16 images, batch 8), two epochs
     assert [round(m, 6) for *_, m in recorder.records][-1] == 1.0  # the cosine schedule ends at 1
@@ -213,28 +211,9 @@ def test_a_short_pretraining_lowers_the_loss_and_lifts_k_nn_above_the_random_ini
     torch.manual_seed(0)
     crops = MultiCrop(global_crops=2, local_crops=4)
     data = StoredImageFolderDataModule(str(root), batch_size=64, drop_last=True, multi_crop=crops)
-    module = SelfDistillation(
-        "crate_nano_patch4_32",
-        num_classes=10,
-        img_size=32,
-        model_kwargs={"depth": 1},
-        head_hidden_dim=128,
-        head_dim=32,
-        warmup_epochs=0,
-        lr=2e-3,
-        knn_bank=len(train.labels),
-    )
+    module = _module(num_classes=10, head_hidden_dim=128, head_dim=32, lr=2e-3, knn_bank=len(train.labels), knn_k=20)
     steps = _StepLosses()
-    trainer = L.Trainer(
-        max_epochs=8,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[steps],
-        num_sanity_val_steps=0,
-        log_every_n_steps=1,
-    )
+    trainer = _quiet_trainer(8, steps, log_every_n_steps=1)
     at_init = trainer.validate(module, data, verbose=False)[0]["val/knn_acc"]  # the teacher is the random init
     trainer.fit(module, data)
     epoch = len(steps.losses) // 8

@@ -63,12 +63,10 @@ def cifar10_simdino_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
     k-NN and a linear probe of its frozen features on the val split. Input and normalisation as
     :func:`cifar10_cfg`."""
     return dict(
-        base,
+        cifar10_cfg(variant, base),
         file=shipped_checkpoint(f"{variant}.cifar10_simdino.safetensors"),
         num_classes=0,
-        input_size=(3, 32, 32),
-        crop_pct=1.0,
-        license="mit",
+        label_names=None,
         notes=(
             "self-supervised (SimDINO) on CIFAR-10's train split (45,000 images, labels unused); an encoder: "
             "k-NN and linear-probe accuracy of its features on the 5,000-image val split are on its card",
