@@ -222,3 +222,34 @@ def test_a_short_pretraining_lowers_the_loss_and_lifts_k_nn_above_the_random_ini
     assert np.mean(steps.compression[-epoch:]) > steps.compression[0]  # the views were pulled together
     knn = float(trainer.callback_metrics["val/knn_acc"])
     assert knn > at_init + 0.05, (at_init, knn)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "crate_nano_patch4_32",
+        "crate_alpha_nano_patch4_32",
+        "vit_nano_patch4_32",
+        "tost_nano_patch4_32",
+        "vit_nano_patch4_32_cbsa",
+        "cbt_nano_patch4_32",
+    ],
+)
+def test_every_family_self_distils_and_its_checkpoint_yields_the_teacher(name: str, tmp_path: Path) -> None:
+    """One step on each zoo family. ToST has no ``dynamic_img_size``, so its local views take the global size."""
+    local_size = 32 if name.startswith("tost") else 16
+    views = MultiCrop(global_crops=2, local_crops=2, local_size=local_size)
+    data = StoredImageFolderDataModule(
+        str(_folder(tmp_path / "images")), batch_size=8, drop_last=True, multi_crop=views
+    )
+    torch.manual_seed(0)
+    module = SelfDistillation(name, num_classes=2, img_size=32, model_kwargs={"depth": 1}, knn_bank=16, knn_k=3)
+    before = [p.detach().clone() for p in module.student.parameters()]
+    trainer = L.Trainer(
+        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=0
+    )
+    trainer.fit(module, data)
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.student.parameters(), strict=True))
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    held = read_checkpoint(tmp_path / "run.ckpt")
+    assert held.model_name == name and sorted(held.state_dict) == sorted(module.model.state_dict())
