@@ -67,21 +67,20 @@ def encoders_table(card_prefix: str | None) -> str:
     """Markdown of the shipped encoders (cards with frozen-feature scores): k-NN / probe top-1 of the file and of
     each control its card scored."""
     lines = ["| tag | data | parameters | epochs | encoder | k-NN top-1 | probe top-1 | card |", "|" + "---|" * 8]
+    from crate.results import dataset_name
+
     for path in sorted((REPO / "checkpoints").glob("*.json")):
         card = json.loads(path.read_text())
         if not card.get("frozen_features"):
             continue
-        link = (
-            f"[card]({card_prefix}{card['name']}.md)" if card_prefix is not None else f"`checkpoints/{card['name']}.md`"
-        )
+        name = card["name"]
+        link = f"[card]({card_prefix}{name}.md)" if card_prefix is not None else f"`checkpoints/{name}.md`"
+        dataset = dataset_name(card["data_config"]) if card.get("data_config") else "-"
+        about = [f"`{name}`", DATASET_NAMES.get(dataset, dataset), f"{card['parameters']:,}", str(card["epochs"])]
         for index, (label, entry) in enumerate(card["frozen_features"].items()):
             first = index == 0
-            cells = (
-                [f"`{card['name']}`", card["data"], f"{card['parameters']:,}", str(card["epochs"])]
-                if first
-                else [""] * 4
-            )
-            cells += [label, f"{100 * entry['knn_top1']:.2f}", f"{100 * entry['linear_probe_top1']:.2f}"]
+            cells = about if first else [""] * 4
+            cells = cells + [label, f"{100 * entry['knn_top1']:.2f}", f"{100 * entry['linear_probe_top1']:.2f}"]
             lines.append("| " + " | ".join([*cells, link if first else ""]) + " |")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """The shipped CIFAR-10 weights: load offline by tag, carry the normalisation they were trained with, match
 their card; where CIFAR-10 is on this machine (data/cifar10), timm's own eval transform from the tag's cfg
-reproduces the card's accuracy (skipped elsewhere: the tests never need the dataset)."""
+reproduces the card's accuracy (skipped elsewhere: the tests never need the dataset). The same for the shipped
+encoders (no classifier): their card's k-NN accuracy, against a k-NN written out again here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -51,3 +53,54 @@ def test_timm_s_eval_transform_reproduces_the_card_s_accuracy(tag: str) -> None:
             correct += int((model(images).argmax(1) == labels).sum())
     card = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())
     assert correct / len(folder) == pytest.approx(card["val_accuracy"], abs=1e-9)
+
+
+ENCODERS = sorted(p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.cifar10_simdino.safetensors"))
+
+
+@pytest.mark.parametrize("tag", ENCODERS)
+def test_an_encoder_tag_loads_offline_without_a_classifier_and_matches_its_card(tag: str) -> None:
+    model = timm.create_model(tag, pretrained=True).eval()
+    cfg = model.pretrained_cfg
+    card = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())
+    assert hashlib.sha256((REPO / "checkpoints" / card["file"]).read_bytes()).hexdigest() == card["sha256"]
+    assert cfg["num_classes"] == 0 and cfg["input_size"] == (3, 32, 32) and cfg["crop_pct"] == 1.0
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, model.num_features) == (2, card["num_features"])
+    scored = card["frozen_features"]
+    # the issue's bar, on the card: at least 10 points of k-NN above the same architecture at its random init
+    assert scored["this file"]["knn_top1"] >= scored["random init (seed 0)"]["knn_top1"] + 0.10
+
+
+def _features(model: torch.nn.Module, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    transform = create_transform(**resolve_data_config({}, model=model))
+    folder = datasets.ImageFolder(str(DATA.parent / split), transform=transform)
+    features, labels = [], []
+    with torch.no_grad():
+        for images, targets in torch.utils.data.DataLoader(folder, batch_size=500):
+            features.append(model(images))
+            labels.append(targets)
+    return torch.cat(features), torch.cat(labels)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason="CIFAR-10 is not on this machine (make cifar10-data)")
+@pytest.mark.parametrize("tag", ENCODERS)
+def test_timm_s_eval_transform_reproduces_the_encoder_card_s_k_nn(tag: str) -> None:
+    """The bank is the train split, the features come through timm with the tag's own data config; the k-NN is
+    scored again in float64 numpy (cosine similarity, the 20 nearest, exp(s / 0.07) votes)."""
+    model = timm.create_model(tag, pretrained=True).eval()
+    bank, bank_labels = _features(model, "train")
+    queries, labels = _features(model, "val")
+    bank = torch.nn.functional.normalize(bank.double(), dim=1)
+    queries = torch.nn.functional.normalize(queries.double(), dim=1)
+    correct = 0
+    for start in range(0, len(queries), 500):
+        similarity, index = (queries[start : start + 500] @ bank.T).topk(20, dim=1)
+        votes = np.zeros((len(index), 10))
+        for row, (near, weight) in enumerate(
+            zip(bank_labels[index].numpy(), np.exp(similarity.numpy() / 0.07), strict=True)
+        ):
+            np.add.at(votes[row], near, weight)
+        correct += int((votes.argmax(1) == labels[start : start + 500].numpy()).sum())
+    card = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())
+    assert correct / len(labels) == pytest.approx(card["frozen_features"]["this file"]["knn_top1"], abs=2e-4)
