@@ -43,6 +43,15 @@ def shipped_tags(classifiers: bool = True) -> list[str]:
     return sorted(tags)
 
 
+def _is_encoder(tag: str) -> bool:
+    """A registered pretrained tag without a classifier (``num_classes`` 0)."""
+    try:
+        cfg = timm.models.get_pretrained_cfg(tag)
+    except (RuntimeError, KeyError):
+        return False
+    return cfg is not None and cfg.num_classes == 0
+
+
 def dataset_name(data_config: dict[str, Any]) -> str:
     """``digits``, ``cifar10``/``cifar100``, an image folder's name, or the DataModule class."""
     kind = data_config["class_path"].rpartition(".")[2]
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tags", nargs="*", help="tags to evaluate (default: every shipped tag)")
     args = parser.parse_args(argv)
     tags = args.tags or shipped_tags()
-    encoders = sorted(set(tags) & set(shipped_tags(classifiers=False)))
+    encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:
         parser.exit(
             2,

@@ -18,9 +18,18 @@ from crate.results import COLUMNS, main, shipped_tags
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_shipped_tag_is_found() -> None:
+def test_every_shipped_tag_is_found_and_encoders_are_told_apart() -> None:
     shipped = {p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.safetensors")}
-    assert set(shipped_tags()) == shipped and len(shipped) == 14
+    encoders = {tag for tag in shipped if tag.endswith("_simdino")}  # no classifier: no top-1 to report
+    assert set(shipped_tags()) == shipped - encoders and len(shipped - encoders) == 14
+    assert shipped_tags(classifiers=False) == ["crate_nano_patch4_32.cifar10_simdino"]
+
+
+def test_an_encoder_asked_for_by_name_is_refused_with_where_its_scores_are(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.cifar10_simdino"])
+    assert exit_info.value.code == 2 and "its card" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_results_csv_counts_top1_and_top5_as_numpy_does(tmp_path: Path, capsys) -> None:
