@@ -113,11 +113,16 @@ def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, cap
     assert not (tmp_path / "x.safetensors").exists()
 
 
-def test_controls_are_for_encoders_only(lightning_run, tmp_path: Path) -> None:
+def test_controls_are_for_encoders_only_and_written_label_equals_path(lightning_run, tmp_path: Path) -> None:
     run, _ = lightning_run
     ckpt = run / "checkpoints" / "last.ckpt"
     with pytest.raises(ValueError, match="--control scores encoders"):
         export_checkpoint(ckpt, tmp_path / "x.safetensors", controls={"other": ckpt})
+    assert not (tmp_path / "x.safetensors").exists()
+    for bad in ("no-label-or-path", "=path.ckpt"):  # the command line's LABEL=CHECKPOINT, mistyped
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(ckpt), "--out", str(tmp_path / "x.safetensors"), "--control", bad])
+        assert exit_info.value.code == 2
     assert not (tmp_path / "x.safetensors").exists()
 
 
