@@ -289,7 +289,10 @@ def export_checkpoint(
             recipe["peak_lr"] = checkpoint.lightning.get("peak_lr")
         regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in model_kwargs}
         recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
-        recipe.update(_flatten("data.", data.get("init_args") or {}))
+        init_args = dict(data.get("init_args") or {})
+        if init_args.get("multi_crop"):  # the views replace the classification augmentation: it never ran
+            init_args.pop("augmentation", None)
+        recipe.update(_flatten("data.", init_args))
         if config:
             recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"  # Lightning's default
             recipe["seed"] = config.get("seed_everything")

@@ -126,7 +126,13 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
-    init_args = {"root": str(images), "batch_size": 8, "drop_last": True, "multi_crop": crops}
+    init_args = {
+        "root": str(images),
+        "batch_size": 8,
+        "drop_last": True,
+        "multi_crop": crops,
+        "augmentation": {"padding": 4},
+    }
     config = {
         "seed_everything": 0,
         "data": {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": init_args},
@@ -162,6 +168,8 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
     markdown = out.with_suffix(".md").read_text()
     assert "no classifier" in markdown and f"| this file | {expected:.4f} |" in markdown
     assert card["recipe"]["teacher_momentum"] == 0.996 and card["bank_images"] == 24
+    assert "data.multi_crop.local_crops" in card["recipe"]  # the views it trained on, not the unused augmentation
+    assert not any(key.startswith("data.augmentation.") for key in card["recipe"])
     with pytest.raises(FileNotFoundError, match="--control gone"):  # refused before anything is written
         export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "y.safetensors", controls={"gone": run / "x"})
     assert not (tmp_path / "y.safetensors").exists()
