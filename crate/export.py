@@ -144,6 +144,19 @@ def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[st
     )
 
 
+def _control_model_name(label: str, path: Path) -> str:
+    """The model a ``--control`` file records; refused in one line when it is missing, unreadable or nameless."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--control {label}={path}: no such file")
+    try:
+        name = read_checkpoint(path).model_name
+    except CheckpointError as err:
+        raise CheckpointError(f"--control {label}={path}: {err}") from err
+    if name is None:
+        raise CheckpointError(f"--control {label}={path}: the file records no model name; give a run's .ckpt")
+    return name
+
+
 def _score_encoder(
     reloaded: torch.nn.Module, build: tuple[str, dict[str, Any]], data: EvalData, controls: dict[str, Path]
 ) -> dict[str, dict[str, Any]]:
@@ -153,10 +166,8 @@ def _score_encoder(
     scored = {"this file": frozen_feature_scores(reloaded, data)}
     scored["random init (seed 0)"] = frozen_feature_scores(initialised(reloaded, 0), data)
     for label, path in controls.items():
-        held = read_checkpoint(path)
-        if held.model_name is None:
-            raise CheckpointError(f"--control {label}={path}: the file records no model name; give a run's .ckpt")
-        control = load_run(held.model_name, path)[0]
+        name = _control_model_name(label, path)
+        control = load_run(name, path)[0]
         ours, theirs = reloaded.pretrained_cfg, control.pretrained_cfg
         if (ours.get("mean"), ours.get("std"), ours.get("input_size")) != (
             theirs.get("mean"),
@@ -164,7 +175,7 @@ def _score_encoder(
             theirs.get("input_size"),
         ):
             raise CheckpointError(
-                f"--control {label}={path}: {held.model_name} takes other inputs (mean, std or size) than the "
+                f"--control {label}={path}: {name} takes other inputs (mean, std or size) than the "
                 "exported encoder, so one data set cannot score both; score it apart"
             )
         scored[label] = frozen_feature_scores(control, data)
@@ -206,9 +217,8 @@ def export_checkpoint(
     controls = {label: Path(path) for label, path in (controls or {}).items()}
     if controls and not encoder:
         raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")
-    for label, path in controls.items():
-        if not path.is_file():
-            raise FileNotFoundError(f"--control {label}={path}: no such file")
+    for label, path in controls.items():  # a missing, corrupt or nameless control stops export before any work
+        _control_model_name(label, path)
     hp = checkpoint.lightning["hyper_parameters"]
     num_classes = 0 if encoder else hp["num_classes"]
     model_kwargs = checkpoint.architecture_kwargs

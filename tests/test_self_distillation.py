@@ -21,6 +21,7 @@ from crate.data import MultiCrop
 from crate.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_tensors
 from crate.export import export_checkpoint
 from crate.lit import SelfDistillation, StoredImageFolderDataModule
+from crate.models import CheckpointError
 from crate.models.checkpoint import read_checkpoint
 
 
@@ -172,6 +173,11 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
     assert not any(key.startswith("data.augmentation.") for key in card["recipe"])
     with pytest.raises(FileNotFoundError, match="--control gone"):  # refused before anything is written
         export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "y.safetensors", controls={"gone": run / "x"})
+    (tmp_path / "corrupt.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="--control bad"):
+        export_checkpoint(
+            run / "checkpoints" / "last.ckpt", tmp_path / "y.safetensors", controls={"bad": tmp_path / "corrupt.ckpt"}
+        )
     assert not (tmp_path / "y.safetensors").exists()
 
 
