@@ -25,7 +25,7 @@ import numpy as np
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret.controls import initialised
-from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores
+from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores, same_inputs
 from crate.interpret.loading import load_data, load_run
 
 
@@ -74,10 +74,10 @@ def main() -> None:
         if not sep:
             raise SystemExit(f"simdino_eval.py: --control takes LABEL=PATH, got {entry!r}")
         models[label] = load_run(_recorded_name(path), path)[0]
-    first = next(iter(models.values())).pretrained_cfg
+    first = next(iter(models.values()))
     for label, model in models.items():
-        if (model.pretrained_cfg.get("mean"), model.pretrained_cfg.get("std")) != (first.get("mean"), first.get("std")):
-            raise SystemExit(f"simdino_eval.py: {label} normalises images differently from the first encoder")
+        if not same_inputs(model, first):
+            raise SystemExit(f"simdino_eval.py: {label} takes other inputs (mean, std or size) than the first encoder")
     data = load_data(data_config, next(iter(models.values())), limit=None)
     results = {}
     for label, model in models.items():

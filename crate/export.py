@@ -32,7 +32,7 @@ from timm.models import get_pretrained_cfg
 
 from crate.errors import one_line
 from crate.interpret.controls import initialised, remember_build
-from crate.interpret.frozen_features import frozen_feature_scores
+from crate.interpret.frozen_features import frozen_feature_scores, same_inputs
 from crate.interpret.loading import EvalData, describe_data, held_out_accuracy, held_out_set, load_data, load_run
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
@@ -168,12 +168,7 @@ def _score_encoder(
     for label, path in controls.items():
         name = _control_model_name(label, path)
         control = load_run(name, path)[0]
-        ours, theirs = reloaded.pretrained_cfg, control.pretrained_cfg
-        if (ours.get("mean"), ours.get("std"), ours.get("input_size")) != (
-            theirs.get("mean"),
-            theirs.get("std"),
-            theirs.get("input_size"),
-        ):
+        if not same_inputs(reloaded, control):
             raise CheckpointError(
                 f"--control {label}={path}: {name} takes other inputs (mean, std or size) than the "
                 "exported encoder, so one data set cannot score both; score it apart"

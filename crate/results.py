@@ -38,7 +38,7 @@ def shipped_tags(classifiers: bool = True) -> list[str]:
     for tag in timm.list_pretrained():
         cfg = timm.models.get_pretrained_cfg(tag)
         in_zoo = timm.models.model_entrypoint(tag.split(".")[0]).__module__.startswith("crate.")
-        if in_zoo and cfg.file and Path(cfg.file).is_file() and (cfg.num_classes != 0) == classifiers:
+        if in_zoo and cfg.file and Path(cfg.file).is_file() and _is_encoder(tag) != classifiers:
             tags.append(tag)
     return sorted(tags)
 

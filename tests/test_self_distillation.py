@@ -267,3 +267,14 @@ def test_every_family_self_distils_and_its_checkpoint_yields_the_teacher(name: s
     trainer.save_checkpoint(tmp_path / "run.ckpt")
     held = read_checkpoint(tmp_path / "run.ckpt")
     assert held.model_name == name and sorted(held.state_dict) == sorted(module.model.state_dict())
+
+
+def test_two_encoders_share_an_evaluation_set_only_with_the_same_inputs() -> None:
+    from crate.interpret.frozen_features import same_inputs
+
+    plain = timm.create_model("crate_nano_patch4_32", num_classes=0)
+    assert same_inputs(plain, timm.create_model("vit_nano_patch4_32", num_classes=0))
+    assert not same_inputs(
+        plain, timm.create_model("crate_nano_patch4_32", pretrained_cfg_overlay={"mean": (0.4,) * 3})
+    )
+    assert not same_inputs(plain, timm.create_model("crate_nano_patch4_32.digits"))  # one channel

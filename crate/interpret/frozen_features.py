@@ -14,9 +14,16 @@ from crate.metrics.knn import weighted_knn_accuracy
 
 from .evaluate import linear_probe
 
-__all__ = ["KNN_K", "KNN_TEMPERATURE", "frozen_feature_scores", "pooled_features"]
+__all__ = ["KNN_K", "KNN_TEMPERATURE", "frozen_feature_scores", "pooled_features", "same_inputs"]
 
 KNN_K, KNN_TEMPERATURE = 20, 0.07
+
+
+def same_inputs(model: nn.Module, other: nn.Module) -> bool:
+    """Whether two encoders take the same images (mean, std and input size of their pretrained cfgs), so that one
+    evaluation set scores both."""
+    keys = ("mean", "std", "input_size")
+    return [model.pretrained_cfg.get(k) for k in keys] == [other.pretrained_cfg.get(k) for k in keys]
 
 
 @torch.no_grad()
