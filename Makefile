@@ -62,7 +62,7 @@ checkpoints: $(STAMP)
 	  cmd="python train.py fit --config $$cfg --model.model_name $$m --trainer.max_epochs $$epochs --data.img_size 32 --run_name $$m.digits --log_root logs/zoo"; \
 	  rm -rf logs/zoo/$$m.digits; \
 	  $(VENV)/bin/$$cmd --trainer.enable_progress_bar false; \
-	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt \
+	  $(PY) -m crate.export logs/zoo/$$m.digits/version_0/checkpoints/last.ckpt --overwrite \
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
 
@@ -93,7 +93,7 @@ checkpoints-cifar10: $(STAMP)
 	  run=logs/cifar10/$$m.cifar10/version_0/checkpoints; \
 	  if [ -e $$run/last.ckpt ]; then resume="--ckpt_path last"; else resume=""; fi; \
 	  $(VENV)/bin/$$cmd $$resume; \
-	  $(PY) -m crate.export $$run/last.ckpt --out $$out --dtype float16 --train-command "$$cmd"; \
+	  $(PY) -m crate.export $$run/last.ckpt --overwrite --out $$out --dtype float16 --train-command "$$cmd"; \
 	done
 
 # Accuracy of every shipped tag on its dataset's evaluation split, in timm's results CSV format

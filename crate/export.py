@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -90,6 +91,11 @@ def load_line(name: str, kwargs: dict[str, Any]) -> str:
     return f"timm.create_model({name!r}, " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
+def _card_files(out: Path) -> list[Path]:
+    """The files an export to ``out`` writes: the weights and their card (JSON and markdown)."""
+    return [out, out.with_suffix(".json"), out.with_suffix(".md")]
+
+
 def _set_aside(paths: list[Path]) -> dict[Path, Path]:
     """Move each of ``paths`` that exists to ``<name>.previous`` beside it, so that an export that fails puts
     back the file it was replacing; return {path: where it went}. A ``.previous`` left by an export that was
@@ -142,6 +148,11 @@ def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[st
     save_for_hf(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
     )
+    # safetensors writes through a private temporary file (mode 0600): give it the mode the other files have
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        path.chmod(0o666 & ~umask)
 
 
 def _control_model_name(label: str, path: Path) -> str:
@@ -186,6 +197,7 @@ def export_checkpoint(
     measure: bool = True,
     hub_dir: str | Path | None = None,
     controls: dict[str, str | Path] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write ``out`` (safetensors, floating tensors stored as ``dtype``) with its card, and/or ``hub_dir`` (a
     hub folder: ``config.json``, ``model.safetensors`` and the card as ``README.md``, loadable with
@@ -195,7 +207,8 @@ def export_checkpoint(
     (``data_overrides`` of its settings, such as ``{"root": DIR}`` for data that moved; ``measure=False``
     leaves it unmeasured). A checkpoint that records no data is exported without an accuracy, and its card
     says so. A self-distillation run is written as an encoder (no classifier) whose card scores its frozen
-    features, its random initialisation's and those of ``controls`` ({label: checkpoint}) on the same split."""
+    features, its random initialisation's and those of ``controls`` ({label: checkpoint}) on the same split.
+    An existing ``out`` (or its card) is replaced only with ``overwrite``; otherwise nothing is written."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if out is None and hub_dir is None:
@@ -205,6 +218,10 @@ def export_checkpoint(
     hub = Path(hub_dir) if hub_dir is not None else None
     if out is not None and out.suffix != ".safetensors":
         raise ValueError(f"--out must end in .safetensors, got {out}")
+    if out is not None and not overwrite and (existing := [p for p in _card_files(out) if p.exists()]):
+        raise FileExistsError(
+            f"--out {existing[0]} exists and was left as it is; pass --overwrite to replace it, or give another --out"
+        )
     if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
         raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
     checkpoint = _read_lightning_checkpoint(ckpt)
@@ -233,7 +250,7 @@ def export_checkpoint(
         "img_size": hp.get("img_size"),
         "model_kwargs": model_kwargs,
     }
-    previous = _set_aside([out, out.with_suffix(".json"), out.with_suffix(".md")]) if out is not None else {}
+    previous = _set_aside(_card_files(out)) if out is not None else {}
     written: list[Path] = []
     try:
         if out is not None:
@@ -362,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--hub-dir", default=None, help="a new folder to write as a hub repository (config.json, weights, README.md)"
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file and its card")
     parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="storage type of the weights")
     parser.add_argument("--data-root", default=None, help="where the run's data lies now, if it moved")
@@ -394,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
             not args.no_accuracy,
             args.hub_dir,
             controls,
+            args.overwrite,
         )
     except (FileNotFoundError, FileExistsError, CheckpointError, DataError, ValueError) as err:
         parser.exit(2, f"crate-export: error: {one_line(err)}\n")

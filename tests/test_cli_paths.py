@@ -149,6 +149,63 @@ def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, se
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("*.ckpt"))
 
 
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("batch size 0", "batch_size must be >= 1"),
+        ("endless run", "--trainer.max_epochs -1 trains without an end"),
+        ("log root under a file", "is a file, not a folder"),
+        ("one class", "a classifier needs two or more classes, and the data has 1"),
+    ],
+)
+def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, message: str) -> None:
+    logs = tmp_path / "logs"
+    config, setting = DEFAULT, []
+    if case == "batch size 0":
+        setting = ["--data.batch_size", "0"]
+    elif case == "endless run":
+        setting = ["--trainer.max_epochs", "-1"]
+    elif case == "log root under a file":
+        (tmp_path / "file").write_text("not a folder")
+        logs = tmp_path / "file" / "logs"
+    else:
+        _write_image_folder(tmp_path / "images", classes=1, per_class=2)
+        config, setting = (
+            str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
+            ["--data.root", str(tmp_path / "images")],
+        )
+    proc = run_in_process("fit", "--config", config, *setting, *QUIET, "--log_root", str(logs))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train.py: error:") and message in lines[0], lines
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_path: Path) -> None:
+    """A checkpoint under another --log_root: its predictions.csv lands in its own run folder; a val folder that
+    lacks a class is warned of, and a prediction of that class still carries its name."""
+    _write_image_folder(tmp_path / "images", classes=3, per_class=2)
+    for image in (tmp_path / "images" / "val" / "class_2").iterdir():
+        image.unlink()
+    (tmp_path / "images" / "val" / "class_2").rmdir()
+    folder = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+    data = ["--data.root", str(tmp_path / "images"), "--data.num_workers", "0", "--data.img_size", "32"]
+    with pytest.warns(UserWarning, match=r"val lacks 1 of train/'s 3 classes \(class_2\)"):
+        proc = run_in_process("fit", "--config", folder, *data, *QUICK, *QUIET, "--log_root", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = tmp_path / "runs" / "crate_nano_imagefolder" / "version_0"
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    elsewhere = tmp_path / "elsewhere"
+    proc = run_in_process(
+        "predict", "--config", folder, *data, *QUIET, "--log_root", str(elsewhere), "--ckpt_path", ckpt
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not elsewhere.exists()
+    with (run / "predictions.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 and all(row["predicted_name"] == f"class_{row['predicted']}" for row in rows)
+
+
 def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
     _write_image_folder(tmp_path / "images", classes=2, per_class=2)
     (tmp_path / "images" / "train" / "class_2").mkdir()

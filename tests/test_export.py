@@ -138,14 +138,14 @@ def test_a_failed_export_puts_back_the_file_it_was_replacing(lightning_run, tmp_
 
     monkeypatch.setattr("crate.export.held_out_accuracy", fail)
     with pytest.raises(RuntimeError, match="interrupted while measuring"):
-        export_checkpoint(run / "checkpoints" / "last.ckpt", out, dtype="float16")
+        export_checkpoint(run / "checkpoints" / "last.ckpt", out, dtype="float16", overwrite=True)
     assert [path.read_bytes() for path in files] == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in files)
     # A copy set aside by an export that was killed is never overwritten: the export stops and says why.
     aside = out.with_name(out.name + ".previous")
     aside.write_bytes(b"the only good copy")
     with pytest.raises(SystemExit) as exit_info:
-        main([str(run / "checkpoints" / "last.ckpt"), "--out", str(out), "--no-accuracy"])
+        main([str(run / "checkpoints" / "last.ckpt"), "--out", str(out), "--no-accuracy", "--overwrite"])
     assert exit_info.value.code == 2
     assert aside.read_bytes() == b"the only good copy" and [path.read_bytes() for path in files] == before
 

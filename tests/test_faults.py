@@ -200,3 +200,43 @@ def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(
     ours = _weights(run / "last.ckpt")
     for key in reference:
         assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
+
+
+def test_a_resume_onto_another_folder_is_refused_and_leaves_the_run_untouched(tmp_path: Path) -> None:
+    """The run's checkpoints, config and logs are byte for byte what they were; the refusal is one line that
+    names what changed and how to train on the new data from the run's weights."""
+    from test_data import _write_image_folder
+
+    first, other = tmp_path / "first", tmp_path / "other"
+    _write_image_folder(first, classes=2, per_class=4)
+    _write_image_folder(other, classes=2, per_class=4)
+    for image in sorted((other / "val").rglob("*.png"))[:3]:  # other data of the same shape and classes
+        image.unlink()
+    folder = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+    common = ["--data.num_workers", "0", "--data.img_size", "32", "--data.batch_size", "4", "--log_root", str(tmp_path)]
+    common += ["--trainer.enable_progress_bar", "false", "--rate_monitor.every_n_steps", "0"]
+    _ok(run_train("fit", "--config", folder, "--data.root", str(first), "--trainer.max_epochs", "1", *common))
+    run = tmp_path / "crate_nano_imagefolder" / "version_0"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert any(p.name.startswith("best-") for p in before)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    proc = run_in_process(
+        "fit", "--config", folder, "--data.root", str(other), "--trainer.max_epochs", "2", *common,
+        "--ckpt_path", str(ckpt),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1 and "trained on other data" in message[0]
+    assert f"root {first.resolve()} -> {other.resolve()}" in message[0] and "--model.pretrained_file" in message[0]
+    assert "split_sizes" in message[0]  # 8 val images then, 5 now
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in (tmp_path / "crate_nano_imagefolder").iterdir()) == ["version_0"]
+    # the same data resumes (the check does not refuse what it should let through)
+    _ok(run_train("fit", "--config", folder, "--data.root", str(first), "--trainer.max_epochs", "2", *common,
+                  "--ckpt_path", "last", "--run_name", "crate_nano_imagefolder"))  # fmt: skip
+    assert read_epoch(run / "checkpoints" / "last.ckpt") == 1
+
+
+def read_epoch(ckpt: Path) -> int:
+    return int(torch.load(ckpt, map_location="cpu", weights_only=True)["epoch"])

@@ -39,8 +39,9 @@ def test_fit_prints_a_line_per_epoch_and_a_summary_of_the_run(tmp_path: Path, ca
     with caplog.at_level(logging.INFO):
         trainer.fit(module, DigitsDataModule(batch_size=8))
     text = caplog.text
-    epochs = re.findall(r"epoch (\d)/3  val/acc (\d\.\d{4}) \(best (\d\.\d{4})\)", text)
-    assert [e[0] for e in epochs] == ["1", "2", "3"]
+    epochs = re.findall(r"epoch (\d) \((\d) of 3\)  val/acc (\d\.\d{4}) \(best (\d\.\d{4})\)", text)
+    assert [e[:2] for e in epochs] == [("0", "1"), ("1", "2"), ("2", "3")]  # numbered from 0, as Lightning does
+    epochs = [e[1:] for e in epochs]
     values = [float(e[1]) for e in epochs]
     with (Path(trainer.log_dir) / "metrics.csv").open() as handle:  # what the logger wrote for each epoch
         logged = [float(row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")]
@@ -49,7 +50,8 @@ def test_fit_prints_a_line_per_epoch_and_a_summary_of_the_run(tmp_path: Path, ca
     assert "fit ended after 3 epochs, 6 steps" in text
     assert f"run folder       {Path(trainer.log_dir).relative_to(tmp_path)}" in text
     top = max(values)
-    assert f"val/acc          last {values[-1]:.4f}, best {top:.4f} at epoch {values.index(top) + 1}" in text
+    assert f"val/acc          last {values[-1]:.4f}, best {top:.4f} at epoch {values.index(top)}" in text
+    assert Path(best.best_model_path).name.startswith(f"epoch={values.index(top)}-")  # the file says the same
     assert f"best checkpoint  {Path(best.best_model_path).relative_to(tmp_path)}" in text
     assert "last checkpoint  checkpoints/last.ckpt (resume with --ckpt_path last)" in text
 
@@ -63,7 +65,7 @@ def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> No
     trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
     with caplog.at_level(logging.INFO):
         trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
-    assert "epoch 1/3" not in caplog.text and "fit ended after 3 epochs" in caplog.text
+    assert "(1 of 3)" not in caplog.text and "fit ended after 3 epochs" in caplog.text
 
 
 @pytest.mark.parametrize("value", [float("nan"), None])

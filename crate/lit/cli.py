@@ -30,6 +30,7 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
+from .resume_check import check_resume_data
 from .run_record import PROGRAMS, module_kind
 from .run_summary import RunSummary
 from .wall_clock import WallClock
@@ -51,17 +52,23 @@ def run_loggers(log_root: str, run_name: str, version: int | None = None) -> lis
     return [tensorboard, csv]
 
 
-def run_version(ckpt_path: str | None, log_root: str, run_name: str) -> int | None:
-    """N when ``ckpt_path`` lies in ``log_root/run_name/version_N/checkpoints/``, else None."""
+def run_location(ckpt_path: str | None, log_root: str, run_name: str, anywhere: bool) -> tuple[str, str, int | None]:
+    """Where a command given ``ckpt_path`` logs: ``(log_root, run_name, N)`` of the run whose
+    ``version_N/checkpoints/`` holds the file (``anywhere``: under any root, as validate, test and predict
+    write beside the run they evaluate; otherwise only under ``log_root/run_name``, as a resume continues its
+    run), else ``(log_root, run_name, None)``: a new version."""
     if ckpt_path is None or not Path(ckpt_path).is_file():
-        return None
+        return log_root, run_name, None
     folder = Path(ckpt_path).absolute().parent
     match = re.fullmatch(r"version_(\d+)", folder.parent.name)
     if folder.name != "checkpoints" or match is None:
-        return None
-    if folder.parent.parent.resolve() != Path(log_root, run_name).resolve():
-        return None
-    return int(match.group(1))
+        return log_root, run_name, None
+    run = folder.parent.parent
+    if anywhere:
+        return str(run.parent), run.name, int(match.group(1))
+    if run.resolve() != Path(log_root, run_name).resolve():
+        return log_root, run_name, None
+    return log_root, run_name, int(match.group(1))
 
 
 def _check_readable(path: Path) -> Checkpoint:
@@ -142,6 +149,7 @@ class CrateCLI(LightningCLI):
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
+    held_checkpoint: Checkpoint | None = None  # what --ckpt_path holds, read once
     progress_bar = False  # whether the run shows a progress bar (an error then starts on a line of its own)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -195,13 +203,18 @@ class CrateCLI(LightningCLI):
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
             module = self.model_class.__name__
-            check_checkpoint_model(_check_readable(Path(path)), config["model"]["model_name"], module)
+            self.held_checkpoint = _check_readable(Path(path))
+            check_checkpoint_model(self.held_checkpoint, config["model"]["model_name"], module)
 
     def before_instantiate_classes(self) -> None:
         """Refuse a subcommand the module cannot serve (``pretrain.py predict``) before anything is built."""
         refused = getattr(self.model_class, "refused_subcommands", {})
         if self.subcommand in refused:
             raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        check_log_root(Path(config["log_root"]))
+        if self.subcommand == "fit":
+            check_finite_run(config.get("trainer") or {})
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a value a constructor refuses is a one-line error (jsonargparse
@@ -218,6 +231,9 @@ class CrateCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if isinstance(self.datamodule, ImageDataModule):
             self.datamodule.data_config = plain_config(config.get("data"))
+            if self.subcommand == "fit" and self.held_checkpoint is not None:
+                identity = self.datamodule.data_identity()
+                check_resume_data(self.held_checkpoint, identity, self.datamodule.data_config)
             if self.subcommand == "test":
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":
@@ -228,7 +244,8 @@ class CrateCLI(LightningCLI):
         if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
             log_root, run_name = str(Path(config["log_root"])), config["run_name"]
-            version = run_version(config.get("ckpt_path"), log_root, run_name)
+            evaluating = self.subcommand != "fit"  # validate, test and predict write into the run they evaluate
+            log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, evaluating)
             if version is not None and self.subcommand != "fit":
                 # into an existing run's folder: keep its config.yaml, save this one beside it
                 self.save_config_kwargs = dict(
@@ -247,6 +264,26 @@ class CrateCLI(LightningCLI):
         warn_if_slow_bf16(trainer)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
+
+
+def check_log_root(log_root: Path) -> None:
+    """Refuse a ``--log_root`` that cannot become a folder (it, or a folder above it, is a file)."""
+    for folder in (log_root, *log_root.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--log_root {log_root}: {folder} is a file, not a folder; give a folder for the logs")
+
+
+def check_finite_run(trainer: Any) -> None:
+    """The learning-rate schedules run over the whole training: refuse a run without an end."""
+    get = trainer.get if hasattr(trainer, "get") else lambda key, default=None: default
+    max_epochs, max_steps = get("max_epochs"), get("max_steps", -1)
+    if max_epochs is not None and max_epochs < -1 or max_steps is not None and max_steps < -1:
+        raise ConfigError(f"--trainer.max_epochs {max_epochs} / --trainer.max_steps {max_steps}: give a count >= 1")
+    if max_epochs == -1 and (max_steps is None or max_steps == -1):
+        raise ConfigError(
+            "--trainer.max_epochs -1 trains without an end, but the learning-rate schedule is laid over the whole "
+            "run: give --trainer.max_epochs N or --trainer.max_steps N"
+        )
 
 
 def plain_config(value: Any) -> Any:

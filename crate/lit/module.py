@@ -109,6 +109,11 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        if num_classes < 2:
+            raise ValueError(
+                f"a classifier needs two or more classes, and the data has {num_classes}: give each class a folder "
+                "(train/<class>/<images>), or pretrain on unlabelled images with pretrain.py"
+            )
         if optimizer.lower() not in list_optimizers():
             raise ValueError(f"unknown optimizer {optimizer!r}; choose one of timm.optim.list_optimizers()")
         if lr_base_size is not None and lr_base_size < 1:

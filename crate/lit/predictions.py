@@ -37,7 +37,8 @@ class PredictionWriter(BasePredictionWriter):
         labels = torch.cat([b["labels"] for b in batches]) if batches[0].get("labels") is not None else None
         dataset = trainer.predict_dataloaders.dataset
         files = [str(path) for path, _ in getattr(dataset, "samples", [])]
-        names = getattr(dataset, "classes", None) or getattr(trainer.datamodule, "classes", None)
+        # the data's classes (train/'s for a folder): a split's own list lacks the classes it has no images of
+        names = getattr(trainer.datamodule, "classes", None) or getattr(dataset, "classes", None)
         folder = Path(trainer.log_dir) if trainer.log_dir else Path.cwd()
         self.path = Path(self.output) if self.output else folder / "predictions.csv"
         self.path.parent.mkdir(parents=True, exist_ok=True)

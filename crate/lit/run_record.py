@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from crate.models import Checkpoint
-from crate.models.checkpoint import DATA_CONFIG_KEY, MODULE_KEY
+from crate.models.checkpoint import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY
 
 __all__ = ["RunRecord", "module_kind"]
 
@@ -22,7 +22,8 @@ PROGRAMS = {
 class RunRecord:
     """Mixin of the zoo's LightningModules: every checkpoint they write records the module's class name and,
     where the DataModule has one (``train.py`` sets it from the config), the run's ``data_config``
-    (``{"class_path": ..., "init_args": {...}}``, plain YAML types)."""
+    (``{"class_path": ..., "init_args": {...}}``, plain YAML types) and the data's identity (its source, folder,
+    classes, split sizes, image size and channels), which a resume is checked against."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__
@@ -30,6 +31,8 @@ class RunRecord:
         config = getattr(datamodule, "data_config", None)
         if config is not None:
             checkpoint[DATA_CONFIG_KEY] = config
+        if hasattr(datamodule, "data_identity"):
+            checkpoint[DATA_IDENTITY_KEY] = datamodule.data_identity()
 
 
 def module_kind(held: Checkpoint) -> str | None:

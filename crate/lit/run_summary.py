@@ -47,7 +47,9 @@ class RunSummary(Callback):
       at the last epoch and at its best (with the epoch), the best checkpoint and the last one (with how to
       resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
 
-    Everything goes through Lightning's logger (rank 0 only), as Lightning's own messages do.
+    Everything goes through Lightning's logger (rank 0 only), as Lightning's own messages do. Epochs are
+    numbered from 0, as Lightning numbers them in its progress bar, ``metrics.csv`` and the checkpoint names
+    (``best-epoch057-...`` is "epoch 57", the 58th).
 
     Args:
         epoch_lines: print the per-epoch line when no progress bar shows.
@@ -64,6 +66,7 @@ class RunSummary(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
+        self._epoch_start = self._fit_start  # a run resumed mid-epoch starts its first epoch without the hook
         self._best = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -84,7 +87,8 @@ class RunSummary(Callback):
             return
         metrics = trainer.callback_metrics
         name, _ = self._monitor(pl_module)
-        parts = [f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs if trainer.max_epochs else '?'}"]
+        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+        parts = [f"epoch {trainer.current_epoch} ({trainer.current_epoch + 1} of {total})"]
         value = _number(metrics.get(name))
         if value is not None:
             best = f" (best {self._best[0]:.4f})" if self._best is not None else ""
@@ -116,7 +120,7 @@ class RunSummary(Callback):
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
-            best = f", best {self._best[0]:.4f} at epoch {self._best[1] + 1}" if self._best is not None else ""
+            best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
             lines.append(f"  {name:<16} last {last:.4f}{best}")
         best_path, last_path = self._checkpoints(trainer, name)
         if best_path:

@@ -41,12 +41,21 @@ from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 
-__all__ = ["DATA_CONFIG_KEY", "MODULE_KEY", "Checkpoint", "CheckpointError", "pretrained_kwargs", "read_checkpoint"]
+__all__ = [
+    "DATA_CONFIG_KEY",
+    "DATA_IDENTITY_KEY",
+    "MODULE_KEY",
+    "Checkpoint",
+    "CheckpointError",
+    "pretrained_kwargs",
+    "read_checkpoint",
+]
 
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
 # what a zoo file records of its run beside the weights (Lightning checkpoint keys, safetensors metadata)
 MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
 DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
+DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 _NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
@@ -124,6 +133,7 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "epoch": int(loaded.get("epoch", -1)),
         "global_step": int(loaded.get("global_step", 0)),
         "module": loaded.get(MODULE_KEY),  # the LightningModule class that wrote it (None: older files)
+        "data_identity": loaded.get(DATA_IDENTITY_KEY),  # the data it was trained on (None: older files)
         "peak_lr": _peak_lr(loaded),
     }
 

@@ -10,6 +10,8 @@ __all__ = ["CIFAR10_CLASSES", "cifar10_cfg", "cifar10_simdino_cfg", "digits_cfg"
 
 # CIFAR-10's classes in label order (the sorted class folders, as torchvision numbers them too)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+# the digits' classes in label order: the digit each label stands for
+DIGITS_LABELS = tuple(str(digit) for digit in range(10))
 
 
 def shipped_checkpoint(filename: str) -> str:
@@ -26,7 +28,8 @@ def shipped_checkpoint(filename: str) -> str:
 
 
 def digits_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
-    """The pretrained cfg of ``<variant>.digits``: trained on the embedded digits (1 channel, 10 classes)."""
+    """The pretrained cfg of ``<variant>.digits``: trained on the embedded digits (1 channel, 10 classes named
+    "0".."9")."""
     return dict(
         base,
         file=shipped_checkpoint(f"{variant}.digits.safetensors"),
@@ -34,6 +37,7 @@ def digits_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
         input_size=(1, 32, 32),
         mean=(0.5,),
         std=(0.5,),
+        label_names=DIGITS_LABELS,
         license="mit",
     )
 

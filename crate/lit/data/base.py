@@ -46,6 +46,8 @@ class ImageDataModule(L.LightningDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__()
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(f"batch_size must be >= 1 and num_workers >= 0, got {batch_size} and {num_workers}")
         if predict_split not in ("train", "val", "test"):
             raise ValueError(f"predict_split must be 'train', 'val' or 'test', got {predict_split!r}")
         self.predict_split = predict_split
@@ -68,6 +70,12 @@ class ImageDataModule(L.LightningDataModule):
     @property
     def num_classes(self) -> int:
         raise NotImplementedError
+
+    def data_identity(self) -> dict[str, Any]:
+        """What the data is, as far as a run's weights depend on it: its source (subclasses add the folder, the
+        classes and the split sizes, or the split settings), image size, channels and number of classes.
+        Every checkpoint records it, and resuming a run onto data of another identity is refused."""
+        return {"img_size": self.img_size, "in_chans": self.in_chans, "num_classes": self.num_classes}
 
     @property
     def in_chans(self) -> int:

@@ -4,7 +4,7 @@ through the tensor-store path: torchvision's uint8 arrays are the store, augment
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from torchvision import datasets
 
@@ -65,6 +65,9 @@ class CIFARDataModule(StoredImageDataModule):
     @property
     def num_classes(self) -> int:
         return _CIFAR[self.dataset][2]
+
+    def data_identity(self) -> dict[str, Any]:
+        return {**super().data_identity(), "source": self.dataset, "root": str(self.root.resolve())}
 
     @property
     def folder(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,6 +71,10 @@ class DigitsDataModule(ImageDataModule):
     @property
     def num_classes(self) -> int:
         return 10
+
+    def data_identity(self) -> dict[str, Any]:
+        split = {"val_fraction": self.val_fraction, "split_seed": self.split_seed}
+        return {**super().data_identity(), "source": "digits", **split}
 
     def has_test_split(self) -> bool:
         return False

@@ -4,9 +4,12 @@ optionally, ``root/test/<class>/*``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from timm.data import create_transform
 from torchvision import datasets
@@ -131,8 +134,24 @@ class FolderLayout:
             _check_class_folders(root / split)
             if unknown := sorted(set(_class_names(root / split)) - set(classes)):
                 raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
+            if lacking := sorted(set(classes) - set(_class_names(root / split))):
+                rank_zero_warn(
+                    f"{root / split} lacks {len(lacking)} of train/'s {len(classes)} classes ({', '.join(lacking[:5])}"
+                    f"{', ...' if len(lacking) > 5 else ''}): its accuracy says nothing of them; add {split} images "
+                    "of every class for a fair score"
+                )
         chans = in_chans if in_chans is not None else _sampled_channels(root, splits)
         return cls(root, classes, splits, chans, ImageLoader("L" if chans == 1 else "RGB", strict=in_chans is None))
+
+    @cached_property
+    def split_sizes(self) -> dict[str, int]:
+        """The number of images of each split (listed once)."""
+        return {split: len(self.samples(split)) for split in self.splits}
+
+    def identity(self) -> dict[str, Any]:
+        """The folder (resolved), its classes and the number of images of each split: what a run trained on."""
+        root = str(self.root.resolve())
+        return {"source": "image folder", "root": root, "classes": self.classes, "split_sizes": self.split_sizes}
 
     def samples(self, split: str) -> list[tuple[Path, int]]:
         """The split's image files, sorted, with the index of their class among train/'s classes."""
@@ -182,6 +201,9 @@ class ImageFolderDataModule(ImageDataModule):
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    def data_identity(self) -> dict[str, Any]:
+        return {**super().data_identity(), **self.layout.identity()}
 
     def has_test_split(self) -> bool:
         return "test" in self.splits

@@ -142,6 +142,9 @@ class StoredImageFolderDataModule(StoredImageDataModule):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def data_identity(self) -> dict[str, Any]:
+        return {**super().data_identity(), **self.layout.identity()}
+
     @property
     def in_chans(self) -> int:
         return self.layout.in_chans

@@ -1,0 +1,58 @@
+"""A run resumes only onto the data it was trained on: a checkpoint records its data's identity (source,
+folder, classes, split sizes, image size, channels), and ``train.py fit --ckpt_path`` compares it with the
+data of the config before anything is written. Training on other data from a run's weights is a new run
+(``--model.pretrained_file``), which never touches the old run's checkpoints or logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from crate.models import Checkpoint, CheckpointError
+
+__all__ = ["check_resume_data", "data_changes"]
+
+# settings of a run's data section that say which images it holds out (for checkpoints written before the
+# data's identity was recorded)
+_SPLIT_SETTINGS = ("root", "dataset", "img_size", "in_chans", "val_fraction", "split_seed")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list) and len(value) > 6:
+        return f"{len(value)} classes [{', '.join(map(str, value[:3]))}, ...]"
+    return str(value)
+
+
+def data_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: recorded -> current`` for every key both identities hold with different values."""
+    return [
+        f"{key} {_shown(recorded[key])} -> {_shown(current[key])}"
+        for key in recorded
+        if key in current and recorded[key] is not None and current[key] is not None and recorded[key] != current[key]
+    ]
+
+
+def _recorded_settings(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The split-defining settings of a data section, roots resolved (relative roots from the working folder)."""
+    args = dict((config or {}).get("init_args") or {})
+    settings = {key: args[key] for key in _SPLIT_SETTINGS if key in args}
+    if settings.get("root") is not None:
+        settings["root"] = str(Path(settings["root"]).resolve())
+    return settings
+
+
+def check_resume_data(held: Checkpoint, identity: dict[str, Any], data_config: dict[str, Any] | None) -> None:
+    """Refuse to resume ``held`` onto data other than the one it recorded (``identity`` and ``data_config``:
+    what the config builds now). Checkpoints of other programs or older ones without a record pass what they
+    cannot tell."""
+    recorded = held.lightning.get("data_identity")
+    if isinstance(recorded, dict):
+        changes = data_changes(recorded, identity)
+    else:
+        changes = data_changes(_recorded_settings(held.data_config), _recorded_settings(data_config))
+    if changes:
+        raise CheckpointError(
+            f"--ckpt_path {held.path} resumes a run trained on other data ({'; '.join(changes)}); nothing was "
+            "written. To continue that run, give it the data it was trained on; to train on this data from its "
+            f"weights, start a new run with --model.pretrained_file {held.path} (and no --ckpt_path)"
+        )
