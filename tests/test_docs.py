@@ -146,3 +146,19 @@ def test_every_relative_link_and_picture_of_the_readme_exists() -> None:
     assert not missing, missing
     cards = [t for t in local if t.startswith("checkpoints/")]
     assert cards and all((REPO / t).is_file() for t in cards), cards
+
+
+def test_the_readme_s_loading_example_runs_as_written_and_each_tag_names_its_classes() -> None:
+    """The README's python block, run line for line with a real image in ``image`` (the CRATE-alpha line, which
+    downloads the authors' file, is the one left out: tests make no network calls); then the README's
+    ``label_names`` line on the digits tag it shows next."""
+    from PIL import Image
+
+    block = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+    code = "\n".join(line for line in block.splitlines() if "crate_alpha_base_patch16_224" not in line)
+    scope = {"image": Image.new("RGB", (40, 30), (200, 30, 30))}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    probabilities = scope["probabilities"]
+    assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1.0) < 1e-5
+    assert scope["labels"][0] == "airplane" and len(scope["labels"]) == 10
+    assert scope["digits"].pretrained_cfg["label_names"] == tuple(str(d) for d in range(10))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import lightning as L
@@ -170,6 +171,29 @@ def test_a_hub_folder_loads_through_timm_both_ways(lightning_run, tmp_path: Path
         serve_offline(monkeypatch, tmp_path / "hub_cache", "crate-zoo/crate_nano_digits", files)
         from_hub = timm.create_model("hf-hub:crate-zoo/crate_nano_digits", pretrained=True).eval()
         torch.testing.assert_close(from_hub(x), expected)
+
+
+def test_export_onto_an_existing_file_keeps_it_unless_told_and_hub_files_share_one_mode(
+    lightning_run, tmp_path: Path, capsys
+) -> None:
+    run, _ = lightning_run
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    out = tmp_path / "mine.safetensors"
+    out.write_bytes(b"a file the user wants to keep")
+    with pytest.raises(SystemExit) as exit_info:
+        main([ckpt, "--out", str(out), "--no-accuracy"])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()
+    assert len(message) == 1 and "exists and was left as it is; pass --overwrite" in message[0]
+    assert out.read_bytes() == b"a file the user wants to keep" and sorted(tmp_path.iterdir()) == [out]
+    main([ckpt, "--out", str(out), "--no-accuracy", "--overwrite"])
+    assert out.read_bytes()[:8] != b"a file t" and out.with_suffix(".json").is_file()
+    hub = tmp_path / "hub"
+    export_checkpoint(ckpt, hub_dir=hub, measure=False)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in hub.iterdir()}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # what open() gives every other file
 
 
 def test_a_bad_hub_folder_is_one_clear_error(lightning_run, tmp_path: Path) -> None:

@@ -74,3 +74,43 @@ def test_a_missing_or_non_finite_metric_is_left_out_not_printed_as_nan(value) ->
 
     assert _number(torch.tensor(value) if value is not None else None) is None
     assert _number(torch.tensor(0.25)) == 0.25
+
+
+def test_the_first_epoch_after_a_mid_epoch_resume_is_timed_from_the_resume(caplog) -> None:
+    """Lightning skips on_train_epoch_start for an epoch resumed part-way: the line then times from fit start,
+    not from the clock's zero (the machine's uptime)."""
+    from types import SimpleNamespace
+
+    summary = RunSummary()
+    trainer = SimpleNamespace(progress_bar_callback=None, callback_metrics={}, current_epoch=4, max_epochs=30)
+    module = SimpleNamespace(checkpoint_monitor=("val/acc", "max"))
+    summary.on_fit_start(trainer, module)
+    with caplog.at_level(logging.INFO):
+        summary.on_train_epoch_end(trainer, module)
+    line = caplog.text.strip().splitlines()[-1]
+    seconds = re.search(r"(\d+\.\d) s$", line)
+    assert "epoch 4 (5 of 30)" in line and seconds is not None and float(seconds.group(1)) < 60, line
+
+
+def test_known_noise_is_dropped_by_its_exact_text_and_nothing_else() -> None:
+    import warnings
+
+    from crate.lit.known_noise import quiet_known_noise
+
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+
+    def kept(message: str) -> bool:
+        record = logger.makeRecord(logger.name, logging.INFO, __file__, 1, message, (), None)
+        return all(f.filter(record) for f in logger.filters)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_noise()
+        for message in ("`isinstance(treespec, LeafSpec)` is deprecated, use ...", "another deprecation"):
+            warnings.warn_explicit(message, FutureWarning, "x.py", 1, module="lightning.pytorch.utilities._pytree")
+        warnings.warn_explicit(
+            "`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, "y.py", 1, module="mine"
+        )
+    assert [str(w.message) for w in caught] == ["another deprecation", "`isinstance(treespec, LeafSpec)` is deprecated"]
+    assert not kept("💡 Tip: For seamless cloud logging and experiment tracking, try installing ...")
+    assert kept("GPU available: False, used: False")

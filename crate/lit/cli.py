@@ -26,6 +26,7 @@ from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule
 from .data.folder import DataError
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
+from .known_noise import quiet_known_noise
 from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
@@ -325,6 +326,7 @@ def cli_main(
     file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
     version folder."""
     CrateCLI.run_dir, CrateCLI.progress_bar = None, False
+    quiet_known_noise()
     program = "pretrain.py" if model_class is not ImageClassifier else "train.py"
     try:
         return CrateCLI(

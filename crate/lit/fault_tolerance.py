@@ -109,7 +109,7 @@ class InterruptCheckpoint(Callback):
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"interrupted-epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # a full training state: resumable
         if trainer.is_global_zero:
             last = folder / "last.ckpt"
             if last.is_symlink() or last.exists():
