@@ -443,3 +443,21 @@ def test_the_layerwise_figure_draws_each_model_beside_its_controls() -> None:
                 np.testing.assert_allclose(lines[name], values)
             ticks = axis.get_xticks()
             assert np.all(ticks == np.round(ticks))
+
+
+def test_interpret_refuses_a_comparison_of_other_inputs_and_lists_data_settings(tmp_path, capsys) -> None:
+    from crate.interpret.__main__ import main as interpret_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        interpret_main(["--help"])
+    assert exit_info.value.code == 0 and "--data.KEY VALUE" in capsys.readouterr().out
+    out = tmp_path / "report"
+    args = ["--model", "crate_nano_patch4_32.digits", "--out", str(out), "--compare", "crate_nano_patch4_32.cifar10", "-"]
+    with pytest.raises(SystemExit) as exit_info:
+        interpret_main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "crate-interpret: loading crate_nano_patch4_32.digits" in err  # it says what it is doing
+    refusal = [line for line in err.splitlines() if "error" in line]
+    assert len(refusal) == 1 and "takes inputs of (3, 32, 32)" in refusal[0] and "(1, 32, 32)" in refusal[0]
+    assert not out.exists()

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
 import yaml
+from timm.data import resolve_data_config
 
 from crate.models import CheckpointError
 
@@ -39,8 +41,28 @@ def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[st
     return overrides
 
 
+def say(message: str) -> None:
+    """What the evaluation is doing, on stderr (it runs for minutes to tens of minutes on a CPU)."""
+    print(f"crate-interpret: {message}", file=sys.stderr, flush=True)
+
+
+def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: torch.nn.Module) -> None:
+    """A comparison runs every model on the same images: refuse a model of another input (channels, size)."""
+    want, got = (resolve_data_config({}, model=m)["input_size"] for m in (first, model))
+    if tuple(want) != tuple(got):
+        raise ValueError(
+            f"--compare {name} takes inputs of {tuple(got)} (channels, height, width) and {first_name} takes "
+            f"{tuple(want)}: a comparison evaluates every model on the same images; compare models of one input"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="crate-interpret", description="Interpretability evaluation of a checkpoint.")
+    parser = argparse.ArgumentParser(
+        prog="crate-interpret",
+        description="Interpretability evaluation of a checkpoint.",
+        epilog="DataModule settings, as train.py takes them: --data.KEY VALUE (e.g. --data.root DIR, "
+        "--data.img_size 32, --data.batch_size 64); they change the data each model is evaluated on.",
+    )
     parser.add_argument("--model", required=True, help="timm model name, or a pretrained tag (NAME.digits)")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)")
     parser.add_argument(
@@ -67,9 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         models = {}
         for name, checkpoint in pairs:
+            say(f"loading {name}" + (f" from {checkpoint}" if checkpoint not in (None, "-") else ""))
             model, recorded = load_run(name, None if checkpoint in (None, "-") else checkpoint)
+            if models:
+                check_same_input(next(iter(models)), next(iter(models.values()))[0], name, model)
             if args.data is None and recorded is None:
-                print(f"{name}: its file records no data; evaluating on the digits (default split)", file=sys.stderr)
+                say(f"{name}: its file records no data; evaluating on the digits (default split)")
             data = resolve_data(args.data, recorded, overrides)
             label = name if name not in models else f"{name} (2)"
             models[label] = (model, load_data(data, model, masks=args.masks))
@@ -79,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             images=args.images,
             eps={"official": args.eps_official, "paper": args.eps_paper},
             probe_images=args.probe_images,
+            progress=say,
         )
     except (FileNotFoundError, CheckpointError, ValueError, TypeError) as err:
         parser.exit(2, f"crate-interpret: error: {err}\n")

@@ -228,11 +228,13 @@ def _with_overrides(init_args: dict[str, Any], overrides: dict[str, Any] | None)
 
 def datamodule_from_config(config: dict[str, Any], model: torch.nn.Module) -> Any:
     """The DataModule a data config (``class_path``, ``init_args``) describes, with the evaluation
-    transforms training used for ``model`` (its pretrained cfg: mean, std, interpolation, crop), set up."""
+    transforms training used for ``model`` (its pretrained cfg: mean, std, interpolation, crop), prepared
+    (downloaded, where its config downloads) and set up."""
     init_args = config.get("init_args") or {}
     datamodule = _instantiate_datamodule(config["class_path"], init_args, channels=model_in_chans(model))
     if hasattr(datamodule, "transforms_from"):
         datamodule.transforms_from(model)  # the evaluation transforms training used for this model
+    datamodule.prepare_data()  # torchvision's CIFAR download where the config asks for it; nothing for folders
     datamodule.setup("fit")
     return datamodule
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -264,12 +265,26 @@ def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
 
 
 def write_report(
-    models: dict[str, tuple[nn.Module, EvalData]], out: str | Path, images: int = 4, **options: Any
+    models: dict[str, tuple[nn.Module, EvalData]],
+    out: str | Path,
+    images: int = 4,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> dict:
-    """Evaluate each labelled (model, data) pair, write everything under ``out``, return the metrics."""
+    """Evaluate each labelled (model, data) pair, write everything under ``out``, return the metrics;
+    ``progress`` (if given) is told which model is being evaluated and about how long the rest will take."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {label: evaluate_model(model, data, **options) for label, (model, data) in models.items()}
+    results: dict[str, Any] = {}
+    start = time.perf_counter()
+    for index, (label, (model, data)) in enumerate(models.items()):
+        if progress is not None:
+            done = time.perf_counter() - start
+            left = f"; about {done / index * (len(models) - index) / 60:.0f} min left" if index else ""
+            progress(f"evaluating {label} ({index + 1} of {len(models)}: rates, controls, lenses, probes){left}")
+        results[label] = evaluate_model(model, data, **options)
+    if progress is not None:
+        progress(f"writing figures and report.md into {out}")
     (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n")
     plots.save(plots.layerwise_figure(results), out / "layerwise.png")
     plots.save(plots.lenses_figure(results), out / "lenses.png")
