@@ -452,7 +452,8 @@ def test_interpret_refuses_a_comparison_of_other_inputs_and_lists_data_settings(
         interpret_main(["--help"])
     assert exit_info.value.code == 0 and "--data.KEY VALUE" in capsys.readouterr().out
     out = tmp_path / "report"
-    args = ["--model", "crate_nano_patch4_32.digits", "--out", str(out), "--compare", "crate_nano_patch4_32.cifar10", "-"]
+    args = ["--model", "crate_nano_patch4_32.digits", "--out", str(out)]
+    args += ["--compare", "crate_nano_patch4_32.cifar10", "-"]
     with pytest.raises(SystemExit) as exit_info:
         interpret_main(args)
     assert exit_info.value.code == 2
