@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,49 @@ def test_the_docs_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WARNING" not in result.stderr, result.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "index.html").is_file()
-    assert "compression_responses" in (tmp_path / "site" / "api" / "index.html").read_text()
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    assert "compression_responses" in api
+    assert re.search(r"CRATE\(\s*img_size: int", re.sub(r"<[^>]+>", "", api))  # constructors show their signature
+    for page in sorted((tmp_path / "site").rglob("*.html")):
+        rendered = _RenderedText()
+        rendered.feed(page.read_text())
+        assert not rendered.run_on_lists, f"{page}: a list rendered as running text: {rendered.run_on_lists[0]!r}"
+        broken = [rows for rows in rendered.tables if len(set(rows)) > 1]
+        assert not broken, f"{page}: a table whose rows have different numbers of cells: {broken[0]}"
+
+
+class _RenderedText(HTMLParser):
+    """What a reader sees of a built page: paragraphs whose text holds a "- item" line (a markdown list that
+    lost its blank line above), and each table's number of cells per row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paragraph: str | None = None
+        self.run_on_lists: list[str] = []
+        self.tables: list[list[int]] = []
+        self.cells = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "p":
+            self.paragraph = ""
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.cells = 0
+        elif tag in ("td", "th"):
+            self.cells += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "p" and self.paragraph is not None:
+            if re.search(r"\n\s*[-*] \S", self.paragraph):
+                self.run_on_lists.append(self.paragraph[:120])
+            self.paragraph = None
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append(self.cells)
+
+    def handle_data(self, data: str) -> None:
+        if self.paragraph is not None:
+            self.paragraph += data
 
 
 def test_every_relative_link_and_picture_of_the_readme_exists() -> None:

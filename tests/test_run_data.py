@@ -170,3 +170,10 @@ def test_a_corrupt_image_stops_the_run_and_leaves_no_folder(tmp_path: Path, caps
         cli_main([*args, "--log_root", str(tmp_path / "logs"), *SHORT])
     assert exit_info.value.code == 2 and "cannot read image" in capsys.readouterr().err
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
+
+
+def test_a_data_line_lists_its_settings_without_an_empty_first_one() -> None:
+    from crate.interpret.loading import describe_data
+
+    folder = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": "data/x", "img_size": 32}}
+    assert describe_data(folder) == "ImageFolderDataModule(root=data/x)"

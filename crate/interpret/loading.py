@@ -152,9 +152,9 @@ def _stack(dataset: Any, order: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 def describe_data(config: dict[str, Any]) -> str:
     """One line for cards and reports: the DataModule and the settings that choose its images."""
     args = config.get("init_args") or {}
-    shown = ", ".join(f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_THE_SPLIT | {"img_size", "in_chans"})
-    root = f", root={args['root']}" if "root" in args else ""
-    return f"{config['class_path'].rpartition('.')[2]}({shown}{root})"
+    shown = [f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_THE_SPLIT | {"img_size", "in_chans"}]
+    shown += [f"root={args['root']}"] if "root" in args else []
+    return f"{config['class_path'].rpartition('.')[2]}({', '.join(shown)})"
 
 
 def _split_args(config: dict[str, Any]) -> dict[str, Any]:

@@ -359,6 +359,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         _summary_rows(results),
         "",
         "How each figure is measured:",
+        "",
         "- Controls (`controls` in metrics.json): every figure read from the traces is also given for the same"
         " architecture at its initialisation (`random init`: built with the same arguments under seeds 0, 1, 2,"
         " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"

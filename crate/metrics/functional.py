@@ -7,6 +7,7 @@ For one sample Z in R^{N x d} (N tokens of dimension d; the paper writes its tra
     SRR(Z | U_[K]) = R(Z) - R^c(Z | U_[K]) - lambda ||Z||_1 / N
 
 Two conventions for alpha:
+
 - ``"paper"``: alpha = d / (N eps^2) (Yu et al., NeurIPS 2023), eps given by the caller;
 - ``"official"``: the measurement code of Ma-Lab-Berkeley/CRATE: every token of every head is
   scaled to unit l2 norm first, and alpha = d / (N eps) with eps = 0.01 (note: eps, not eps^2).
