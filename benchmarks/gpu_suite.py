@@ -41,7 +41,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "crate_micro_patch4_32"
-RECIPE = ["configs/cifar10.yaml", f"configs/cifar10/{MODEL}.yaml", "configs/cifar10/gpu.yaml"]
+
+
+def recipe(member: str, extra: list[str]) -> list[str]:
+    """The configs of a member's one-GPU run: the CIFAR-10 base, the member's file, the GPU layer, then extras."""
+    return ["configs/cifar10.yaml", f"configs/cifar10/{member}.yaml", "configs/cifar10/gpu.yaml", *extra]
 
 
 def environment() -> dict[str, Any]:
@@ -69,14 +73,16 @@ def environment() -> dict[str, Any]:
     return report
 
 
-def bare_step_ms(batch: int, steps: int, compile_mode: str | None, device: torch.device) -> float:
+def bare_step_ms(
+    batch: int, steps: int, compile_mode: str | None, device: torch.device, model_name: str = MODEL
+) -> float:
     """Median ms of a training step of the recipe's model on one resident batch."""
     import timm
 
     import crate  # noqa: F401
 
     torch.manual_seed(0)
-    model = timm.create_model(MODEL, num_classes=10).to(device).train()
+    model = timm.create_model(model_name, num_classes=10).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=True)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     images = torch.randn(batch, 3, 32, 32, device=device)
@@ -135,7 +141,11 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=540.0, help="wall seconds for the whole suite")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny limits, on --data")
     parser.add_argument("--data", default="data/cifar10", help="the CIFAR-10 image folder (train/, val/)")
+    parser.add_argument("--member", default=MODEL, help="the zoo member (configs/cifar10/MEMBER.yaml)")
+    parser.add_argument("--extra-config", action="append", default=[], help="a config layered last (repeatable)")
+    parser.add_argument("--report", default=None, help="the JSON's file name (default gpu_<device>.json)")
     options = parser.parse_args()
+    member = options.member
     start = time.perf_counter()
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,11 +154,11 @@ def main() -> None:
     if not dry and not torch.cuda.is_available():
         sys.exit("gpu_suite: no CUDA device here; run it on a GPU machine, or with --dry-run on a CPU")
     device = torch.device("cpu" if dry else "cuda")
-    result: dict[str, Any] = {"dry_run": dry, "environment": environment(), "model": MODEL}
+    result: dict[str, Any] = {"dry_run": dry, "environment": environment(), "model": member}
     print(json.dumps(result["environment"]), flush=True)
 
     name = "dry_run_cpu" if dry else re.sub(r"[^a-z0-9]+", "_", result["environment"]["device"].lower()).strip("_")
-    report = out / f"gpu_{name}.json"
+    report = out / (options.report or f"gpu_{name}.json")
 
     def write() -> None:
         result["wall_s"] = round(time.perf_counter() - start, 1)
@@ -161,7 +171,8 @@ def main() -> None:
     write()
 
     log_root = work / "logs"
-    train = [sys.executable, "train.py", "fit"] + [a for config in RECIPE for a in ("--config", config)]
+    configs = recipe(member, options.extra_config)
+    train = [sys.executable, "train.py", "fit"] + [a for config in configs for a in ("--config", config)]
     train += ["--log_root", str(log_root), "--data.init_args.root", options.data]
     if dry:
         train += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--model.compile", "false"]
@@ -195,7 +206,7 @@ def main() -> None:
             shutil.copyfile(last, out / "run" / "checkpoints" / "last.ckpt")
             if (run / "config.yaml").is_file():
                 shutil.copyfile(run / "config.yaml", out / "run" / "config.yaml")
-            exported = out / f"{MODEL}.cifar10_gpu.safetensors"
+            exported = out / f"{member}.cifar10_gpu.safetensors"
             export = [sys.executable, "-m", "crate.export", str(last), "--out", str(exported), "--dtype", "float16"]
             export += ["--train-command", shlex.join(["python", *train[1:]])]
             export_status = _run(export, out / "export.log", timeout=120)
@@ -206,14 +217,14 @@ def main() -> None:
             if card.is_file():
                 held = json.loads(card.read_text())
                 result["export"].update(val_acc=held.get("val_accuracy"), val_images=held.get("val_images"))
-                shipped = REPO / "checkpoints" / f"{MODEL}.cifar10.json"
+                shipped = REPO / "checkpoints" / f"{member}.cifar10.json"
                 if shipped.is_file():
                     result["export"]["shipped_val_acc"] = json.loads(shipped.read_text()).get("val_accuracy")
             write()
 
     batch = 8 if dry else 512
     mode = None if dry else "reduce-overhead"
-    result["bare_step_ms"] = round(bare_step_ms(batch, 3 if dry else 50, mode, device), 3)
+    result["bare_step_ms"] = round(bare_step_ms(batch, 3 if dry else 50, mode, device, member), 3)
     result["bare_step"] = {"batch_size": batch, "compile_mode": mode, "fused_adamw": True, "precision": "bf16"}
     print(f"bare compiled step: {result['bare_step_ms']:.2f} ms at batch {batch}", flush=True)
     if "epoch_s" in result:

@@ -5,6 +5,8 @@
 #   benchmarks/gpu_suite.sh [--out DIR]     # on the GPU machine ($OUT by default when it is set)
 #   benchmarks/gpu_suite.sh --dry-run       # here: the same steps on the CPU with tiny limits
 #   benchmarks/gpu_suite.sh --task simdino  # SimDINO and its CRATE-MAE control instead (benchmarks/gpu_simdino.py)
+#   benchmarks/gpu_suite.sh --next [--time-left S]   # the GPU queue's next jobs (benchmarks/gpu_queue.yaml)
+#   benchmarks/gpu_suite.sh --next --dry-run         # the same jobs here, on the CPU with tiny limits
 #
 # The GPU machine's Python has torch, torchvision, lightning, timm and torchmetrics but not jsonargparse,
 # docstring_parser or typeshed_client: `make gpu-carry` puts their wheels and the lock's timm into .whl/ and
@@ -14,13 +16,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dry=()
 task=crate_micro
+next=0
+time_left=480
 out="${OUT:-benchmarks/results}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=(--dry-run); out="${OUT_DRY:-$(mktemp -d)}" ;;
     --out) out="$2"; shift ;;
     --task) task="$2"; shift ;;
-    *) echo "gpu_suite.sh: unknown argument $1 (use --dry-run, --out DIR or --task crate_micro|simdino)" >&2; exit 2 ;;
+    --next) next=1 ;;
+    --time-left) time_left="$2"; shift ;;
+    *) echo "gpu_suite.sh: unknown argument $1 (use --next, --time-left S, --dry-run, --out DIR or --task crate_micro|simdino)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -59,6 +65,9 @@ else
     [ -f "$archive" ] || { echo "gpu_suite.sh: no CIFAR-10 archive at $archive (make gpu-carry, then carry .gpu)" >&2; exit 2; }
     mkdir -p data && tar -xzf "$archive" -C data
   fi
+fi
+if [ "$next" = 1 ]; then
+  exec "$python" benchmarks/gpu_queue.py --next --time-left "$time_left" "${dry[@]}" --data "$data" --out "$out"
 fi
 case "$task" in
   crate_micro) "$python" benchmarks/gpu_suite.py "${dry[@]}" --data "$data" --out "$out" ;;

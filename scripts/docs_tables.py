@@ -11,7 +11,9 @@ What it writes, and from what:
   accuracy ``crate.export`` measured on each file, beside the controls it scored with it;
 - the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
-  (``benchmarks/controls_table.py --from-json``).
+  (``benchmarks/controls_table.py --from-json``);
+- the GPU queue (``docs/gpu.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the finished jobs'
+  JSONs in ``benchmarks/results/gpu_queue/``.
 The tests run ``--check``: a committed table that differs from what this writes fails them.
 """
 
@@ -95,6 +97,7 @@ def _replace_block(text: str, name: str, body: str, path: Path) -> str:
 def rendered() -> dict[Path, Callable[[], str]]:
     """Each generated file and how to write it now."""
     import controls_table
+    import gpu_queue
     import zoo_table
 
     rows = shipped_rows()
@@ -115,6 +118,8 @@ def rendered() -> dict[Path, Callable[[], str]]:
             files[table] = lambda table=table: zoo_table.rendered_from_json(table)
     controls = REPO / "docs" / "controls_cifar10.md"
     files[controls] = lambda: controls_table.rendered_from_json(controls)
+    gpu = REPO / "docs" / "gpu.md"
+    files[gpu] = lambda: _replace_block(gpu.read_text(), "gpu-queue", gpu_queue.queue_table(), gpu)
     return files
 
 

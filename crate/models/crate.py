@@ -254,6 +254,7 @@ default_cfgs = generate_default_cfgs(
         "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
         "crate_micro_patch4_32.cifar10": cifar10_cfg("crate_micro_patch4_32", cpu_cfg()),
         "crate_micro_patch4_32.*": cpu_cfg(),
+        "crate_tiny_patch4_32": cpu_cfg(),
     }
 )
 
@@ -341,3 +342,11 @@ def crate_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     return _create_crate(
         "crate_micro_patch4_32", pretrained, **dict(dict(patch_size=4, **CPU_SIZES["micro"]), **kwargs)
     )
+
+
+@register_model
+def crate_tiny_patch4_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """CRATE-T's width and depth (d=384, K=6 heads, L=12) for 32x32 inputs with 4x4 patches (65 tokens): the
+    CIFAR-10 member of a few million parameters, for one GPU."""
+    args = dict(img_size=32, patch_size=4, embed_dim=384, depth=12, num_heads=6)
+    return _create_crate("crate_tiny_patch4_32", pretrained, **dict(args, **kwargs))

@@ -148,6 +148,7 @@ default_cfgs = generate_default_cfgs(
         "vit_micro_patch4_32.digits": digits_cfg("vit_micro_patch4_32", cpu_cfg()),
         "vit_micro_patch4_32.cifar10": cifar10_cfg("vit_micro_patch4_32", cpu_cfg()),
         "vit_micro_patch4_32.*": cpu_cfg(),
+        "vit_tiny_patch4_32": cpu_cfg(),
     }
 )
 
@@ -164,3 +165,11 @@ def vit_micro_patch4_32(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
     """ViT twin of ``crate_micro_patch4_32`` (MLP ratio 4)."""
     args = dict(patch_size=4, mlp_ratio=4.0, **CPU_SIZES["micro"])
     return create_vit_twin("vit_micro_patch4_32", pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def vit_tiny_patch4_32(pretrained: bool = False, **kwargs: Any) -> ViTTwin:
+    """ViT twin of ``crate_tiny_patch4_32`` at a matched parameter count: ViT-T's width (d=192, 3 heads, MLP
+    ratio 4), 12 layers, 4x4 patches of 32x32 inputs."""
+    args = dict(img_size=32, patch_size=4, embed_dim=192, depth=12, num_heads=3, mlp_ratio=4.0)
+    return create_vit_twin("vit_tiny_patch4_32", pretrained, **dict(args, **kwargs))

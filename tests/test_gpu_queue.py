@@ -1,0 +1,110 @@
+"""The GPU queue: its file is runnable as written (every job within one window, every script and config it names
+there), the next jobs are picked in order within the time left, and ``gpu_suite.sh --next --dry-run`` runs the
+window's jobs on the CPU and leaves what a GPU machine would send back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_queue  # noqa: E402
+from gpu_queue import Job, QueueError, load_queue, next_jobs, pack  # noqa: E402
+
+
+def _job(name: str, device_s: int, done: str | None = None) -> Job:
+    return Job(name, "a job", device_s, "{python} x.py --out {out} --data {data}", "result.json", done)
+
+
+def test_the_committed_queue_is_runnable_as_written() -> None:
+    jobs = load_queue()
+    assert jobs and len({job.name for job in jobs}) == len(jobs)
+    for job in jobs:
+        assert 0 < job.device_s <= 480
+        words = job.command("python", Path("/out"), "data/cifar10", dry=False)
+        assert (REPO / words[1]).is_file(), f"{job.name}: {words[1]} does not exist"
+        for flag, value in zip(words, words[1:], strict=False):
+            if flag == "--extra-config":
+                assert (REPO / value).is_file(), f"{job.name}: {value} does not exist"
+            if flag == "--member":
+                assert (REPO / "configs" / "cifar10" / f"{value}.yaml").is_file(), f"{job.name}: no recipe for {value}"
+        assert job.command("python", Path("/out"), "d", dry=True)[-1] == "--dry-run"
+
+
+def test_the_next_jobs_are_the_first_pending_ones_that_fit_the_time_left() -> None:
+    jobs = [_job("a", 300, done="abc1234"), _job("b", 300), _job("c", 400), _job("d", 150), _job("e", 100)]
+    assert [j.name for j in next_jobs(jobs, 480)] == ["b", "d"]  # c does not fit after b; d does
+    assert [j.name for j in next_jobs(jobs, 299)] == ["d", "e"]
+    assert next_jobs(jobs, 90) == []
+    many = [_job(str(i), 10) for i in range(10)]
+    assert len(next_jobs(many, 480)) == gpu_queue.MAX_JOBS  # what comes back stays within 8 files
+
+
+_ENTRY = "jobs:\n  - name: a\n    what: x\n    run: r\n    writes: w\n    done: null\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "jobs:\n  - name: a\n    what: x\n    device_s: 900\n    run: r\n    writes: w\n    done: null\n",
+            "one window",
+        ),
+        ("jobs:\n  - name: a\n    what: x\n    run: r\n    writes: w\n    done: null\n", "lacks device_s"),
+        ("jobs: [\n", "cannot read"),
+    ],
+)
+def test_a_queue_that_cannot_run_is_refused_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "queue.yaml"
+    path.write_text(text)
+    with pytest.raises(QueueError, match=message):
+        load_queue(path)
+    assert gpu_queue.main(["--list", "--queue", str(path)]) == 2
+
+
+def test_an_archive_over_the_limit_leaves_out_its_largest_files_by_name(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "job").mkdir(parents=True)
+    (work / "job" / "small.txt").write_text("kept")
+    (work / "job" / "large.bin").write_bytes(os.urandom(200_000))  # incompressible
+    left_out = pack(work, tmp_path / "a.tar.gz", limit=100_000)
+    assert left_out == ["job/large.bin"]
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        assert tar.getnames() == ["job/small.txt"]
+
+
+@pytest.mark.slow  # a train.py run, an export and a bare step in subprocesses
+def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--next", "--dry-run", "--time-left", "480"],
+        cwd=REPO, env=dict(os.environ, OUT_DRY=str(tmp_path)), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    first = next_jobs(load_queue(), 480)
+    assert first, "the queue has no pending job that fits a window"
+    returned = sorted(p.name for p in tmp_path.iterdir() if p.is_file())  # images/ is the dry run's stand-in data
+    assert returned == sorted([*(f"{job.name}.json" for job in first), "artifacts.tar.gz", "queue_run.json"])
+    assert len(returned) <= 8 and all((tmp_path / name).stat().st_size <= 16 * 2**20 for name in returned)
+    summary = json.loads((tmp_path / "queue_run.json").read_text())
+    assert [entry["job"] for entry in summary["ran"]] == [job.name for job in first] and summary["dry_run"]
+    for job in first:
+        record = json.loads((tmp_path / f"{job.name}.json").read_text())
+        assert record["exit_status"] == 0 and record["date"].startswith("20")
+        assert record["environment"]["device"].startswith("cpu") and record["environment"]["torch"]
+        assert shlex.split(record["command"])[-1] == "--dry-run"
+        result = record["result"]
+        assert result["train"]["exit_status"] == 0 and result["export"]["exit_status"] == 0
+        assert result["epochs_run"] == 3 and 0 <= result["val_acc_last"] <= 1
+        with tarfile.open(tmp_path / "artifacts.tar.gz") as tar:
+            names = tar.getnames()
+        member = result["model"]
+        assert f"{job.name}/{member}.cifar10_gpu.safetensors" in names
+        assert f"{job.name}/run/checkpoints/last.ckpt" in names and f"{job.name}/job.log" in names
