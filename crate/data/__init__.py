@@ -1,7 +1,8 @@
 """Datasets and loaders as plain torch (no Lightning): the embedded digits, resumable loading, tensor
-stores of decoded images and their batched augmentation."""
+stores of decoded images and their batched augmentation and mixing."""
 
 from .batch_augmentation import BatchAugmentation
+from .batch_mixing import BatchMixing
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .multi_crop import MultiCrop
 from .resumable import ResumableDataLoader, ResumableSampler, SeededTransformDataset
@@ -9,6 +10,7 @@ from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorSt
 
 __all__ = [
     "BatchAugmentation",
+    "BatchMixing",
     "DIGITS_MEAN",
     "DIGITS_STD",
     "MultiCrop",

@@ -22,6 +22,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from crate.data.batch_mixing import mixed_loss
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, read_checkpoint
 
@@ -179,7 +180,14 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
+        if len(batch) == 3:  # mixed on the device by the DataModule: (images, labels, lam), partners reversed
+            images, targets, lam = batch
+            logits = self(images)
+            loss = mixed_loss(logits, targets, lam, self.hparams.label_smoothing)
+            self.train_acc.update(logits, targets)
+            self.log_training_step(loss, len(images), acc=self.train_acc)
+            return loss
         images, targets = batch
         if self.mixup is not None and len(images) % 2 == 0:  # timm's Mixup pairs the samples of a batch
             mixed, soft_targets = self.mixup(images, targets)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from torchvision import datasets
 
-from crate.data import BatchAugmentation, MultiCrop, TensorStore
+from crate.data import BatchAugmentation, BatchMixing, MultiCrop, TensorStore
 
 from .stored import StoredImageDataModule
 
@@ -39,6 +39,7 @@ class CIFARDataModule(StoredImageDataModule):
             :class:`StoredImageFolderDataModule`).
         drop_last: leave out an epoch's last, smaller training batch (fixed shapes for compiled steps).
         multi_crop: training batches as multi-crop views for self-distillation (:class:`crate.data.MultiCrop`).
+        mixing: Mixup and CutMix on the device (:class:`crate.data.BatchMixing`); None: no mixing.
     """
 
     def __init__(
@@ -54,8 +55,11 @@ class CIFARDataModule(StoredImageDataModule):
         predict_split: str = "val",
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
+        mixing: BatchMixing | None = None,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop)
+        super().__init__(
+            img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop, mixing
+        )
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
         self.root = Path(root)

@@ -18,7 +18,16 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from crate.data import BatchAugmentation, MultiCrop, SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch
+from crate.data import (
+    BatchAugmentation,
+    BatchMixing,
+    MultiCrop,
+    SeededStoredImages,
+    StoredImages,
+    StoreError,
+    TensorStore,
+    as_batch,
+)
 from crate.data.tensor_store import folder_store
 
 from .base import DataError, ImageDataModule
@@ -46,14 +55,18 @@ class StoredImageDataModule(ImageDataModule):
         predict_split: str,
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
+        mixing: BatchMixing | None = None,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split, drop_last)
+        if mixing is not None and multi_crop is not None:
+            raise ValueError("mixing (Mixup/CutMix) is for classification; multi_crop views are for self-distillation")
         if multi_crop is not None and multi_crop.global_size != img_size:
             raise ValueError(
                 f"multi_crop.global_size ({multi_crop.global_size}) must be the model's image size ({img_size})"
             )
         self.augmentation = augmentation
         self.multi_crop = multi_crop
+        self.mixing = mixing
         self.mean: tuple[float, ...] = ()
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
@@ -90,9 +103,17 @@ class StoredImageDataModule(ImageDataModule):
         return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size, epoch=epoch)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A training batch (uint8 images, labels, seeds) augmented: ``(images, labels)``, or with ``mixing`` on
+        in this epoch ``(images, labels, lam)`` (each image mixed with the reversed batch's, see
+        :mod:`crate.data.batch_mixing`)."""
         if isinstance(batch, (tuple, list)) and len(batch) == 3 and batch[0].dtype == torch.uint8:
             images, labels, seeds = batch
-            return self.augment(images, seeds), labels
+            augmented = self.augment(images, seeds)
+            epoch = self.trainer.current_epoch if self.trainer is not None else 0
+            if self.mixing is not None and self.multi_crop is None and self.mixing.on(epoch):
+                mixed, lam = self.mixing(augmented, seeds)
+                return mixed, labels, lam
+            return augmented, labels
         return batch
 
 
@@ -114,6 +135,8 @@ class StoredImageFolderDataModule(StoredImageDataModule):
             CUDA graphs and compiled steps need; the left-out images come back in other epochs' orders).
         multi_crop: training batches as multi-crop views for self-distillation (:class:`crate.data.MultiCrop`,
             ``pretrain.py --objective simdino``) instead of ``augmentation``; None for classification.
+        mixing: Mixup and CutMix of the augmented training batches on their device, each image's draws from its
+            own seed (:class:`crate.data.BatchMixing`); None: no mixing.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -131,8 +154,11 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         predict_split: str = "val",
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
+        mixing: BatchMixing | None = None,
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop)
+        super().__init__(
+            img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop, mixing
+        )
         self.root = Path(root)
         self.layout = FolderLayout.read(self.root, in_chans)
         self.classes = self.layout.classes
