@@ -26,11 +26,12 @@ import torch
 from timing import REPO
 
 import crate  # noqa: F401  (registers the zoo)
+from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
 from crate.interpret.controls import compression_control_curves, initialised
-from crate.interpret.loading import load_data, load_run, resolve_data
 from crate.metrics import trace_model
 from crate.metrics.representatives import representative_compression
+from crate.run import resolve_data
 
 TAGS = (
     "crate_nano_patch4_32.cifar10",

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 import crate  # noqa: F401  (registers the zoo)
+from crate.interpret import load_data, load_run
 from crate.interpret.controls import initialised
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores, same_inputs
-from crate.interpret.loading import load_data, load_run
 
 
 def markdown(saved: dict[str, Any]) -> str:

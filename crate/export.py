@@ -23,6 +23,7 @@ import os
 import shlex
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,38 +31,21 @@ import timm
 import torch
 from safetensors.torch import save_file
 from timm.models import get_pretrained_cfg
+from torch.utils.data import Dataset
 
 from crate.errors import one_line
+from crate.interpret import EvalData, load_data
 from crate.interpret.controls import initialised, remember_build
 from crate.interpret.frozen_features import frozen_feature_scores, same_inputs
-from crate.interpret.loading import EvalData, describe_data, held_out_accuracy, held_out_set, load_data, load_run
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
-from crate.lit.run_record import module_kind
-from crate.model_card import UNKNOWN_RUN_SETTING, card_markdown, hub_card
-from crate.models import Checkpoint, CheckpointError, checkpoint_filter_fn, read_checkpoint
+from crate.model_card import card_markdown, hub_card
+from crate.models import CheckpointError, checkpoint_filter_fn, read_checkpoint
 from crate.models.checkpoint import DATA_CONFIG_KEY
+from crate.run import Run, build_model, held_out_accuracy, held_out_set
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
-
-
-def _read_lightning_checkpoint(path: Path) -> Checkpoint:
-    held = read_checkpoint(path)
-    if held.source != "lightning" or "model_name" not in held.hparams:
-        raise CheckpointError(
-            f"{held.describe()}: not a Lightning checkpoint of crate.lit.ImageClassifier; export works on the "
-            ".ckpt files that train.py writes"
-        )
-    if module_kind(held) == "SelfDistillation":
-        return held  # exported as an encoder
-    if module_kind(held) == "MaskedAutoencoder" or "num_classes" not in held.lightning["hyper_parameters"]:
-        raise CheckpointError(
-            f"{held.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "
-            "Probe or fine-tune it first (train.py fit --config configs/crate_mae_nano_digits_probe.yaml "
-            "--model.pretrained_file PATH) and export that run"
-        )
-    return held
 
 
 def load_call(model_name: str, out: Path, model_config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -113,29 +97,7 @@ def _set_aside(paths: list[Path]) -> dict[Path, Path]:
     return moved
 
 
-def _run_config(ckpt: Path) -> dict[str, Any]:
-    """The LightningCLI config.yaml of the run the checkpoint belongs to (``<run>/checkpoints/x.ckpt``): the
-    trainer's precision and the seed, for the card's recipe."""
-    import yaml
-
-    config = ckpt.resolve().parent.parent / "config.yaml"
-    return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
-
-
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
-_RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
-_RECIPE_KEYS += ("head_hidden_dim", "head_dim", "head_layers", "eps", "coeff", "expa_type", "teacher_momentum")
-
-
-def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(f"{prefix}{key}.", value))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[str] | None) -> None:
@@ -178,7 +140,7 @@ def _score_encoder(
     scored["random init (seed 0)"] = frozen_feature_scores(initialised(reloaded, 0), data)
     for label, path in controls.items():
         name = _control_model_name(label, path)
-        control = load_run(name, path)[0]
+        control = build_model(name, path)[0]
         if not same_inputs(reloaded, control):
             raise CheckpointError(
                 f"--control {label}={path}: {name} takes other inputs (mean, std or size) than the "
@@ -186,6 +148,163 @@ def _score_encoder(
             )
         scored[label] = frozen_feature_scores(control, data)
     return scored
+
+
+def _check_targets(out: Path | None, hub: Path | None, dtype: str, overwrite: bool) -> None:
+    """Refuse what the export cannot write, before anything is read or written."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if out is None and hub is None:
+        raise ValueError("give --out FILE.safetensors, --hub-dir DIR, or both")
+    if out is not None and out.suffix != ".safetensors":
+        raise ValueError(f"--out must end in .safetensors, got {out}")
+    if out is not None and not overwrite and (existing := [p for p in _card_files(out) if p.exists()]):
+        raise FileExistsError(
+            f"--out {existing[0]} exists and was left as it is; pass --overwrite to replace it, or give another --out"
+        )
+    if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
+        raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
+
+
+def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
+    """The run, refused where it yields nothing to export (masked pretraining) or where ``--control`` does not
+    apply (a classifier) or names a missing, corrupt or nameless file."""
+    run = Run.open(ckpt)
+    if not run.is_encoder and not run.has_classifier:
+        raise CheckpointError(
+            f"{run.checkpoint.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "
+            "Probe or fine-tune it first (train.py fit --config configs/crate_mae_nano_digits_probe.yaml "
+            "--model.pretrained_file PATH) and export that run"
+        )
+    if controls and not run.is_encoder:
+        raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")
+    for label, path in controls.items():  # a missing, corrupt or nameless control stops export before any work
+        _control_model_name(label, path)
+    return run
+
+
+def _exported_model(run: Run, dtype: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """(the model as its stored weights give it, in eval mode; the build settings its file records)."""
+    hp = run.hparams
+    model_kwargs = run.checkpoint.architecture_kwargs
+    in_chans, img_size = hp.get("in_chans", 3), hp.get("img_size")
+    model = create_classifier(run.model_name, run.num_classes, in_chans, img_size, **model_kwargs)
+    if not type(model).__module__.startswith("crate."):
+        raise CheckpointError(
+            f"{run.path} holds {run.model_name}, a timm model outside the zoo: export writes zoo models, whose "
+            "exported files timm loads back through the zoo; save this model's weights with "
+            "timm.models.load_checkpoint / torch.save instead"
+        )
+    model.load_state_dict(checkpoint_filter_fn(run.checkpoint.state_dict, model))
+    model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
+    model_config = {
+        "num_classes": run.num_classes,
+        "in_chans": in_chans,
+        "img_size": img_size,
+        "model_kwargs": model_kwargs,
+    }
+    return model.eval(), model_config
+
+
+def _write_weights(model: torch.nn.Module, run: Run, out: Path, dtype: str, model_config: dict[str, Any]) -> None:
+    """The safetensors file: the weights as ``dtype``, and in its metadata the architecture and the run's data."""
+    metadata = {"model_name": run.model_name, "format": "pt", "model_config": json.dumps(model_config)}
+    if run.data_config is not None:
+        metadata[DATA_CONFIG_KEY] = json.dumps(run.data_config)
+    state = {
+        k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out), metadata=metadata)
+
+
+def _read_held_out(
+    run: Run, model: torch.nn.Module, overrides: dict[str, Any] | None
+) -> tuple[Dataset | None, EvalData | None]:
+    """(the validation split, for a classifier) or (None, both splits whole, for an encoder: the k-NN bank and
+    probe data, and what is scored)."""
+    try:
+        if run.is_encoder:
+            return None, load_data(run.data_config, model, limit=None, overrides=overrides)
+        return held_out_set(run.data_config, model, overrides), None
+    except (FileNotFoundError, DataError, ValueError) as err:
+        raise DataError(
+            f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "
+            "--data-root DIR where it lies now, or --no-accuracy)"
+        ) from err
+
+
+@dataclass
+class _Measured:
+    """What the card reports of the exported file's quality (or why it reports none)."""
+
+    accuracy: float | None = None
+    images: int | None = None
+    note: str = ""
+    frozen: dict[str, dict[str, Any]] | None = None
+    bank_images: int | None = None
+
+
+def _measure(
+    load: tuple[str, dict[str, Any]],
+    held_out: Dataset | None,
+    eval_data: EvalData | None,
+    controls: dict[str, Path],
+    hub: Path | None,
+    out: Path | None,
+) -> _Measured:
+    """Rebuild the file through its load line and score it on the run's held-out data: a classifier's accuracy, an
+    encoder's frozen features beside its random init and the controls; a hub folder written beside the file must
+    give the same scores."""
+    reloaded = timm.create_model(load[0], **load[1])  # the card's load line
+    folder = timm.create_model(f"local-dir:{hub}", pretrained=True) if hub is not None and out is not None else None
+    if eval_data is not None:
+        frozen = _score_encoder(reloaded, load, eval_data, controls)
+        if folder is not None and frozen_feature_scores(folder, eval_data) != frozen["this file"]:
+            raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s k-NN and probe scores")
+        return _Measured(None, len(eval_data.val_images), "", frozen, len(eval_data.train_images))
+    accuracy = held_out_accuracy(reloaded, held_out)
+    if folder is not None and held_out_accuracy(folder, held_out) != accuracy:
+        raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s accuracy")
+    return _Measured(accuracy, len(held_out))
+
+
+def _card(
+    name: str,
+    run: Run,
+    model: torch.nn.Module,
+    measured: _Measured,
+    weights: Path,
+    dtype: str,
+    load: tuple[str, dict[str, Any]],
+    train_command: str,
+) -> dict[str, Any]:
+    """The card's data: the model, the run's data and recipe, what was measured, the file and how to load it."""
+    hp = run.hparams
+    return {
+        "name": name,
+        "timm_name": name if "." in name else run.model_name,
+        "model_name": run.model_name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "num_classes": run.num_classes,
+        "num_features": model.num_features,
+        "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
+        "data": run.data_description,
+        "data_config": run.data_config or None,
+        "epochs": run.epochs,
+        "global_step": run.checkpoint.lightning["global_step"],
+        "val_accuracy": measured.accuracy,
+        "val_images": measured.images,
+        **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),
+        "accuracy_note": measured.note,
+        "recipe": run.recipe(),
+        "file": weights.name,
+        "dtype": dtype,
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "load": load_line(*load),
+        "train_command": train_command or f"# trained with the LightningCLI config {run.config_file}",
+        "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
+    }
 
 
 def export_checkpoint(
@@ -209,158 +328,42 @@ def export_checkpoint(
     says so. A self-distillation run is written as an encoder (no classifier) whose card scores its frozen
     features, its random initialisation's and those of ``controls`` ({label: checkpoint}) on the same split.
     An existing ``out`` (or its card) is replaced only with ``overwrite``; otherwise nothing is written."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if out is None and hub_dir is None:
-        raise ValueError("give --out FILE.safetensors, --hub-dir DIR, or both")
-    ckpt = Path(ckpt)
     out = Path(out) if out is not None else None
     hub = Path(hub_dir) if hub_dir is not None else None
-    if out is not None and out.suffix != ".safetensors":
-        raise ValueError(f"--out must end in .safetensors, got {out}")
-    if out is not None and not overwrite and (existing := [p for p in _card_files(out) if p.exists()]):
-        raise FileExistsError(
-            f"--out {existing[0]} exists and was left as it is; pass --overwrite to replace it, or give another --out"
-        )
-    if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
-        raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
-    checkpoint = _read_lightning_checkpoint(ckpt)
-    encoder = module_kind(checkpoint) == "SelfDistillation"
+    _check_targets(out, hub, dtype, overwrite)
     controls = {label: Path(path) for label, path in (controls or {}).items()}
-    if controls and not encoder:
-        raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")
-    for label, path in controls.items():  # a missing, corrupt or nameless control stops export before any work
-        _control_model_name(label, path)
-    hp = checkpoint.lightning["hyper_parameters"]
-    num_classes = 0 if encoder else hp["num_classes"]
-    model_kwargs = checkpoint.architecture_kwargs
-    model = create_classifier(hp["model_name"], num_classes, hp.get("in_chans", 3), hp.get("img_size"), **model_kwargs)
-    if not type(model).__module__.startswith("crate."):
-        raise CheckpointError(
-            f"{ckpt} holds {hp['model_name']}, a timm model outside the zoo: export writes zoo models, whose "
-            "exported files timm loads back through the zoo; save this model's weights with "
-            "timm.models.load_checkpoint / torch.save instead"
-        )
-    model.load_state_dict(checkpoint_filter_fn(checkpoint.state_dict, model))
-    model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
-    model.eval()
-    model_config = {
-        "num_classes": num_classes,
-        "in_chans": hp.get("in_chans", 3),
-        "img_size": hp.get("img_size"),
-        "model_kwargs": model_kwargs,
-    }
+    run = _open_exportable(Path(ckpt), controls)
+    model, model_config = _exported_model(run, dtype)
     previous = _set_aside(_card_files(out)) if out is not None else {}
     written: list[Path] = []
     try:
         if out is not None:
-            metadata = {"model_name": hp["model_name"], "format": "pt", "model_config": json.dumps(model_config)}
-            if checkpoint.data_config is not None:
-                metadata[DATA_CONFIG_KEY] = json.dumps(checkpoint.data_config)
-            state = {
-                k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous()
-                for k, v in model.state_dict().items()
-            }
-            out.parent.mkdir(parents=True, exist_ok=True)
             written.append(out)
-            save_file(state, str(out), metadata=metadata)
-            load_name, load_kwargs = load_call(hp["model_name"], out, model_config)
-        held_out = eval_data = None
-        if checkpoint.data_config is not None and measure:
-            try:
-                if encoder:  # every image of both splits: the k-NN bank and probe data, and what is scored
-                    eval_data = load_data(checkpoint.data_config, model, limit=None, overrides=data_overrides)
-                else:
-                    held_out = held_out_set(checkpoint.data_config, model, data_overrides)
-            except (FileNotFoundError, DataError, ValueError) as err:
-                raise DataError(
-                    f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "
-                    "--data-root DIR where it lies now, or --no-accuracy)"
-                ) from err
+            _write_weights(model, run, out, dtype, model_config)
+            load = load_call(run.model_name, out, model_config)
+        measuring = run.data_config is not None and measure
+        held_out, eval_data = _read_held_out(run, model, data_overrides) if measuring else (None, None)
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)
             _write_hub_folder(model, hub, getattr(held_out, "classes", None))
             if out is None:
-                load_name, load_kwargs = f"local-dir:{hub}", {"pretrained": True}
-        accuracy, images, note, frozen = None, None, "", None
-        if checkpoint.data_config is None:
-            note = "the checkpoint records no data config, and no config.yaml lies beside its run"
+                load = (f"local-dir:{hub}", {"pretrained": True})
+        if run.data_config is None:
+            measured = _Measured(note="the checkpoint records no data config, and no config.yaml lies beside its run")
         elif not measure:
-            note = "export was asked not to measure it"
-        elif eval_data is not None:
-            reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
-            frozen = _score_encoder(reloaded, (load_name, load_kwargs), eval_data, controls)
-            images = len(eval_data.val_images)
-            if hub is not None and out is not None:  # the hub folder holds the same encoder
-                folder_model = timm.create_model(f"local-dir:{hub}", pretrained=True)
-                if frozen_feature_scores(folder_model, eval_data) != frozen["this file"]:
-                    raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s k-NN and probe scores")
+            measured = _Measured(note="export was asked not to measure it")
         else:
-            reloaded = timm.create_model(load_name, **load_kwargs)  # the card's load line
-            accuracy, images = held_out_accuracy(reloaded, held_out), len(held_out)
-            if hub is not None and out is not None:  # the hub folder holds the same model
-                folder_model = timm.create_model(f"local-dir:{hub}", pretrained=True)
-                if held_out_accuracy(folder_model, held_out) != accuracy:
-                    raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s accuracy")
-        data = checkpoint.data_config or {}
-        config = _run_config(ckpt)
-        recipe = {k: hp[k] for k in _RECIPE_KEYS if hp.get(k) is not None}
-        if hp.get("lr_base_size"):  # lr is the rate at that batch size, scaled to the run's
-            recipe.update(lr_base_size=hp["lr_base_size"], lr_base_scale=hp.get("lr_base_scale", "sqrt"))
-            recipe["peak_lr"] = checkpoint.lightning.get("peak_lr")
-        regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in model_kwargs}
-        recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
-        init_args = dict(data.get("init_args") or {})
-        if init_args.get("multi_crop"):  # the views replace the classification augmentation: it never ran
-            init_args.pop("augmentation", None)
-        recipe.update(_flatten("data.", init_args))
-        if config:
-            recipe["precision"] = (config.get("trainer") or {}).get("precision") or "32-true"  # Lightning's default
-            recipe["seed"] = config.get("seed_everything")
-        else:  # a checkpoint moved out of its run folder: say so rather than guess
-            recipe["precision"] = recipe["seed"] = UNKNOWN_RUN_SETTING
-        name = out.name[: -len(".safetensors")] if out is not None else hub.name
+            measured = _measure(load, held_out, eval_data, controls, hub, out)
         weights = out if out is not None else hub / "model.safetensors"
-        card = {
-            "name": name,
-            "timm_name": name if "." in name else hp["model_name"],
-            "model_name": hp["model_name"],
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "num_classes": num_classes,
-            "num_features": model.num_features,
-            "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
-            "data": describe_data(data) if data else "unknown (the checkpoint records no data config)",
-            "data_config": data or None,
-            "epochs": checkpoint.lightning["epoch"] + 1,
-            "global_step": checkpoint.lightning["global_step"],
-            "val_accuracy": accuracy,
-            "val_images": images,
-            **({"frozen_features": frozen, "bank_images": len(eval_data.train_images)} if frozen else {}),
-            "accuracy_note": note,
-            "recipe": recipe,
-            "file": weights.name,
-            "dtype": dtype if out is not None else "float32",
-            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-            "load": load_line(load_name, load_kwargs),
-            "train_command": train_command
-            or f"# trained with the LightningCLI config {ckpt.resolve().parent.parent / 'config.yaml'}",
-            "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
-        }
+        name = out.name[: -len(".safetensors")] if out is not None else hub.name
+        card = _card(name, run, model, measured, weights, dtype if out is not None else "float32", load, train_command)
         if out is not None:
             written += [out.with_suffix(".json"), out.with_suffix(".md")]
             out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
             out.with_suffix(".md").write_text(card_markdown(card))
         if hub is not None:
-            folder_weights = hub / "model.safetensors"
-            folder_card = dict(
-                card,
-                load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
-                file=folder_weights.name,
-                dtype="float32",
-                sha256=hashlib.sha256(folder_weights.read_bytes()).hexdigest(),
-            )
-            (hub / "README.md").write_text(hub_card(folder_card))
+            _write_hub_card(card, hub)
     except BaseException:
         for path in written:  # nothing half-written is left behind
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
@@ -370,6 +373,19 @@ def export_checkpoint(
     for aside in previous.values():
         aside.unlink()
     return card
+
+
+def _write_hub_card(card: dict[str, Any], hub: Path) -> None:
+    """The hub folder's README.md: the card, with the folder's own load line, file, dtype and checksum."""
+    weights = hub / "model.safetensors"
+    folder_card = dict(
+        card,
+        load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
+        file=weights.name,
+        dtype="float32",
+        sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
+    )
+    (hub / "README.md").write_text(hub_card(folder_card))
 
 
 def main(argv: list[str] | None = None) -> None:

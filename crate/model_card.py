@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
+from crate.run import UNKNOWN_RUN_SETTING
 
 __all__ = ["UNKNOWN_RUN_SETTING", "card_markdown", "hub_card"]
-
-UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
 
 
 def _frozen_feature_lines(card: dict[str, Any]) -> str:

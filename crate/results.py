@@ -23,8 +23,8 @@ from typing import Any
 import timm
 
 import crate.models  # noqa: F401  (registers the zoo)
-from crate.interpret.loading import held_out_set, held_out_topk
 from crate.models import read_checkpoint
+from crate.run import held_out_set, held_out_topk
 
 __all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "shipped_tags"]
 

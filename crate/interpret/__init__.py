@@ -4,7 +4,7 @@ Every number is read from one trace of the model per batch (``crate.metrics.trac
 """
 
 from .evaluate import evaluate_model
-from .loading import load_data, load_model
+from .loading import EvalData, load_data, load_model, load_run
 from .report import write_report
 
-__all__ = ["evaluate_model", "load_data", "load_model", "write_report"]
+__all__ = ["EvalData", "evaluate_model", "load_data", "load_model", "load_run", "write_report"]

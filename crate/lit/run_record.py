@@ -6,17 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from crate.models import Checkpoint
 from crate.models.checkpoint import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY
+from crate.run.record import PROGRAMS, module_kind  # what a file says of its kind: the run room reads it
 
-__all__ = ["RunRecord", "module_kind"]
-
-# the command that trains each module kind, for messages
-PROGRAMS = {
-    "ImageClassifier": "train.py",
-    "MaskedAutoencoder": "pretrain.py",
-    "SelfDistillation": "pretrain.py --objective simdino",
-}
+__all__ = ["PROGRAMS", "RunRecord", "module_kind"]
 
 
 class RunRecord:
@@ -33,14 +26,3 @@ class RunRecord:
             checkpoint[DATA_CONFIG_KEY] = config
         if hasattr(datamodule, "data_identity"):
             checkpoint[DATA_IDENTITY_KEY] = datamodule.data_identity()
-
-
-def module_kind(held: Checkpoint) -> str | None:
-    """The module class that wrote a Lightning checkpoint of the zoo: recorded, or for files written before
-    the record, told by its hyper-parameters (only masked pretraining has ``mask_ratio``)."""
-    if held.source != "lightning":
-        return None
-    recorded = held.lightning.get("module")
-    if recorded:
-        return str(recorded)
-    return "MaskedAutoencoder" if "mask_ratio" in held.lightning.get("hyper_parameters", {}) else "ImageClassifier"

@@ -1,0 +1,29 @@
+"""One room for a run: what a checkpoint of ``train.py`` or ``pretrain.py`` is (:class:`Run`: its kind, its model,
+its recipe, its held-out data, its label names), read once, for export, the white-box report, the results table
+and the benchmarks alike."""
+
+from .held_out import (
+    datamodule_from_config,
+    describe_data,
+    held_out_accuracy,
+    held_out_set,
+    held_out_topk,
+    resolve_data,
+)
+from .model import build_model
+from .record import PROGRAMS, module_kind
+from .run import UNKNOWN_RUN_SETTING, Run
+
+__all__ = [
+    "PROGRAMS",
+    "UNKNOWN_RUN_SETTING",
+    "Run",
+    "build_model",
+    "datamodule_from_config",
+    "describe_data",
+    "held_out_accuracy",
+    "held_out_set",
+    "held_out_topk",
+    "module_kind",
+    "resolve_data",
+]

@@ -1,0 +1,60 @@
+"""One room for a run: ``crate.run`` sits below export, the report, the results table and the benchmarks, and
+they take a run's facts (kind, recipe, held-out data) from it, not from the report's loading module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crate.models import CheckpointError
+from crate.run import UNKNOWN_RUN_SETTING, Run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_run_room_imports_nothing_above_it_and_nothing_outside_the_report_reads_its_loading_module() -> None:
+    for path in (REPO / "crate" / "run").rglob("*.py"):
+        above = {m for m in _imports(path) if m.split(".")[:2] in (["crate", "interpret"], ["crate", "lit"])}
+        above |= {m for m in _imports(path) if m in ("crate.export", "crate.results", "crate.model_card")}
+        assert not above, f"{path} imports {above}"
+    outside = [*(REPO / "crate").rglob("*.py"), *(REPO / "benchmarks").glob("*.py"), *(REPO / "scripts").glob("*.py")]
+    for path in outside:
+        if "interpret" in path.parts:
+            continue
+        assert "crate.interpret.loading" not in _imports(path), f"{path} reads run data from crate.interpret.loading"
+
+
+def test_a_run_s_recipe_says_unknown_without_its_config_and_reads_it_with_one(tmp_path: Path) -> None:
+    from conftest import run_train
+
+    result = run_train(
+        "fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--log_root", str(tmp_path),
+        "--trainer.enable_progress_bar", "false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    ckpt = tmp_path / "crate_nano_digits" / "version_0" / "checkpoints" / "last.ckpt"
+    run = Run.open(ckpt)
+    config = yaml.safe_load((ckpt.parent.parent / "config.yaml").read_text())
+    assert run.kind == "ImageClassifier" and not run.is_encoder and run.has_classifier
+    assert run.recipe()["seed"] == config["seed_everything"] and run.recipe()["lr"] == config["model"]["lr"]
+    assert run.data_description.startswith("DigitsDataModule(") and run.epochs == 1
+    moved = tmp_path / "moved.ckpt"
+    moved.write_bytes(ckpt.read_bytes())
+    assert Run.open(moved).recipe()["precision"] == UNKNOWN_RUN_SETTING
+    (tmp_path / "weights.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError):
+        Run.open(tmp_path / "weights.pt")
