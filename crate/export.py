@@ -296,6 +296,7 @@ def _card(
         "val_accuracy": measured.accuracy,
         "val_images": measured.images,
         **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),
+        **({"classical_baseline": run.classical_baseline} if run.classical_baseline else {}),
         "accuracy_note": measured.note,
         "recipe": run.recipe(),
         "file": weights.name,

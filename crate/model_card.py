@@ -51,6 +51,13 @@ def card_markdown(card: dict[str, Any]) -> str:
         if encoder
         else f"- validation accuracy, measured on this file at export: {accuracy_line}"
     )
+    baseline = card.get("classical_baseline")
+    if baseline:  # only where the run measured it: cards of earlier runs stay as they were
+        measured += (
+            f"\n- classical baseline on the same split's pixels (measured when the run started, "
+            f"{baseline['train_images']:,} training images): RBF SVM {baseline['rbf_svm']:.4f} · logistic regression "
+            f"{baseline['logistic']:.4f}"
+        )
     classes = f"{card['num_classes']} classes"
     outputs = f"an encoder ({card.get('num_features')} features, no classifier)" if encoder else classes
     return f"""# {card["name"]}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 import shutil
 import sys
@@ -15,12 +17,13 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from crate.errors import innermost_refusal, one_line
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
+from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule
@@ -190,6 +193,9 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(RunSummary, "run_summary")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
+        if "class_weights" in inspect.signature(self.model_class).parameters:
+            parser.link_arguments("data.class_weights", "model.class_weights", apply_on="instantiate")
+        parser.add_lightning_class_args(ClassicalBaseline, "baseline")
 
     def _parse_ckpt_path(self) -> None:
         """Resolve ``--ckpt_path`` (``last`` across the run's versions), read it through the zoo's checkpoint
@@ -230,6 +236,9 @@ class CrateCLI(LightningCLI):
                 raise cause from err
             raise ConfigError(str(cause)) from err
         config = self.config[self.subcommand] if self.subcommand else self.config
+        recipe = getattr(self.datamodule, "recipe", None)
+        if recipe is not None:  # what the folder's recipe chose is said, and recorded in the run's config
+            record_folder_recipe(config, self.datamodule, recipe, self.subcommand == "fit")
         if isinstance(self.datamodule, ImageDataModule):
             self.datamodule.data_config = plain_config(config.get("data"))
             if self.subcommand == "fit" and self.held_checkpoint is not None:
@@ -242,6 +251,13 @@ class CrateCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})
+        recipe = getattr(self.datamodule, "recipe", None)
+        if (
+            recipe is not None
+            and trainer_config.get("max_epochs") is None
+            and trainer_config.get("max_steps", -1) == -1
+        ):
+            kwargs.setdefault("max_epochs", recipe.max_epochs)  # the folder's recipe, where nothing else was set
         if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
             log_root, run_name = str(Path(config["log_root"])), config["run_name"]
@@ -265,6 +281,25 @@ class CrateCLI(LightningCLI):
         warn_if_slow_bf16(trainer)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
+
+
+def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: bool) -> None:
+    """Write the values the folder's recipe chose into the parsed config (the run's ``config.yaml`` and the data
+    section its checkpoints record then hold them) and say the run's settings in one block."""
+    data = config["data"]["init_args"]
+    data["img_size"], data["batch_size"] = datamodule.img_size, datamodule.batch_size
+    data["augmentation"] = dataclasses.asdict(datamodule.augmentation)
+    data["class_weights"] = datamodule.class_weights
+    trainer = config["trainer"]
+    if trainer.get("max_epochs") is None and trainer.get("max_steps", -1) == -1:
+        trainer["max_epochs"] = recipe.max_epochs
+    if fitting:
+        settings = (datamodule.img_size, datamodule.batch_size, trainer.get("max_epochs"), datamodule.augmentation)
+        rank_zero_info(
+            f"folder recipe: {recipe.describe(*settings, datamodule.class_weights)}. Each is chosen from the folder "
+            "unless set (--data.img_size, --data.batch_size, --data.augmentation.*, --data.class_weights, "
+            "--trainer.max_epochs)"
+        )
 
 
 def check_log_root(log_root: Path) -> None:

@@ -56,6 +56,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         layer_decay: layer-wise learning-rate decay (e.g. 0.75 for fine-tuning), None for none.
         warmup_epochs: linear warmup length in epochs (fractions allowed), then cosine decay per step.
         label_smoothing: label smoothing of the cross-entropy loss (and of Mixup's soft targets).
+        class_weights: the training loss's weight of each class (None: unweighted); ``train.py`` links it to
+            the data's (an image folder with strongly imbalanced classes weighs them by inverse frequency).
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
         ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
             validation and test use the average.
@@ -107,6 +109,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         compile_mode: str | None = None,
         pretrained_file: str | None = None,
         freeze_backbone: bool = False,
+        class_weights: list[float] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -158,7 +161,12 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 label_smoothing=label_smoothing,
                 num_classes=num_classes,
             )
+        if class_weights is not None and len(class_weights) != num_classes:
+            raise ValueError(f"class_weights has {len(class_weights)} weights for {num_classes} classes")
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # the training loss only (val/loss stays comparable across runs); not a checkpointed tensor: hparams hold it
+        weight = torch.tensor(class_weights, dtype=torch.float32) if class_weights is not None else None
+        self.register_buffer("class_weight", weight, persistent=False)
         self.mixed_criterion = SoftTargetCrossEntropy()
         # the same value as val/acc's MulticlassAccuracy, in 6 tensor operations a step and no read-back
         self.train_acc = Top1Accuracy()
@@ -195,7 +203,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             loss = self.mixed_criterion(logits, soft_targets)
         else:
             logits = self(images)
-            loss = self.criterion(logits, targets)
+            loss = nn.functional.cross_entropy(
+                logits, targets, weight=self.class_weight, label_smoothing=self.hparams.label_smoothing
+            )
         self.train_acc.update(logits, targets)  # the epoch's value only: no per-batch accuracy computed
         self.log_training_step(loss, len(images), acc=self.train_acc)
         return loss

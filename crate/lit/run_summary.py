@@ -44,8 +44,9 @@ class RunSummary(Callback):
       the monitored validation metric (and the best so far), the validation loss, the training accuracy, the
       last logged training loss and the epoch's wall time.
     - At the end of ``fit``: epochs and steps done and their wall time, the run folder, the monitored metric
-      at the last epoch and at its best (with the epoch), the best checkpoint and the last one (with how to
-      resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
+      at the last epoch and at its best (with the epoch), the classical baseline beside it where one was
+      measured (:class:`crate.lit.classical_baseline.ClassicalBaseline`), the best checkpoint and the last one
+      (with how to resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
 
     Everything goes through Lightning's logger (rank 0 only), as Lightning's own messages do. Epochs are
     numbered from 0, as Lightning numbers them in its progress bar, ``metrics.csv`` and the checkpoint names
@@ -122,6 +123,12 @@ class RunSummary(Callback):
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
             lines.append(f"  {name:<16} last {last:.4f}{best}")
+        baseline = next((c.scores for c in trainer.callbacks if getattr(c, "scores", None) and c is not self), None)
+        if baseline is not None and last is not None:
+            lines.append(
+                f"  against pixels   this run {last:.4f} · RBF SVM on pixels {baseline['rbf_svm']:.4f} · "
+                f"logistic {baseline['logistic']:.4f} (same validation images)"
+            )
         best_path, last_path = self._checkpoints(trainer, name)
         if best_path:
             lines.append(f"  best checkpoint  {_relative(best_path)}")

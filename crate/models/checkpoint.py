@@ -134,6 +134,7 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "global_step": int(loaded.get("global_step", 0)),
         "module": loaded.get(MODULE_KEY),  # the LightningModule class that wrote it (None: older files)
         "data_identity": loaded.get(DATA_IDENTITY_KEY),  # the data it was trained on (None: older files)
+        "classical_baseline": loaded.get("classical_baseline"),  # pixel baselines on the run's split, if measured
         "peak_lr": _peak_lr(loaded),
     }
 

@@ -102,6 +102,11 @@ class Run:
         return self.path.resolve().parent.parent / "config.yaml"
 
     @property
+    def classical_baseline(self) -> dict[str, Any] | None:
+        """The classical models' scores on the run's own split, where the run measured them (image folders)."""
+        return self.checkpoint.lightning.get("classical_baseline")
+
+    @property
     def epochs(self) -> int:
         return self.checkpoint.lightning["epoch"] + 1
 

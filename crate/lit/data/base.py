@@ -71,6 +71,11 @@ class ImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         raise NotImplementedError
 
+    @property
+    def class_weights(self) -> list[float] | None:
+        """The loss's weight of each class, or None for an unweighted loss (folders may weigh imbalanced classes)."""
+        return None
+
     def data_identity(self) -> dict[str, Any]:
         """What the data is, as far as a run's weights depend on it: its source (subclasses add the folder, the
         classes and the split sizes, or the split settings), image size, channels and number of classes.

@@ -16,6 +16,7 @@ from torchvision import datasets
 
 from .augmentation import Augmentation, train_transform
 from .base import DataError, ImageDataModule
+from .folder_recipe import FolderRecipe, choose_recipe, survey_folder
 
 __all__ = ["DataError", "FolderLayout", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
 
@@ -176,6 +177,10 @@ class ImageFolderDataModule(ImageDataModule):
 
     Training augmentation: :class:`Augmentation` (timm's settings; below 128 pixels the crop keeps
     60-100% of the image and colour jitter is off unless set).
+
+    ``img_size``, ``batch_size``, ``augmentation`` and ``class_weights`` left at None / ``"auto"`` are chosen
+    from the folder (:mod:`crate.lit.data.folder_recipe`: its images' side, channels, count and class balance),
+    and ``recipe`` holds the choice (with the epochs it suggests); a value given is kept.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -183,20 +188,42 @@ class ImageFolderDataModule(ImageDataModule):
     def __init__(
         self,
         root: str,
-        img_size: int = 224,
+        img_size: int | None = None,
         in_chans: int | None = None,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         num_workers: int = 4,
-        augmentation: Augmentation = Augmentation(),  # noqa: B008 - frozen, so one shared default is safe
+        augmentation: Augmentation | None = None,
         seed: int = 0,
         predict_split: str = "val",
+        class_weights: list[float] | str | None = "auto",
     ) -> None:
-        super().__init__(img_size, batch_size, num_workers, seed, predict_split)
-        self.augmentation = augmentation
+        layout = FolderLayout.read(Path(root), in_chans)
+        chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
+        self.recipe: FolderRecipe | None = None
+        if None in chosen or "auto" in chosen:  # what is left open is chosen from the folder
+            self.recipe = choose_recipe(survey_folder(layout))
+        if class_weights not in (None, "auto") and not isinstance(class_weights, list):
+            raise ValueError(f"class_weights must be 'auto', null or a list of numbers, got {class_weights!r}")
+        super().__init__(
+            img_size if img_size is not None else self.recipe.img_size,
+            batch_size if batch_size is not None else self.recipe.batch_size,
+            num_workers,
+            seed,
+            predict_split,
+        )
+        self.augmentation = augmentation if augmentation is not None else self.recipe.augmentation
+        self._class_weights = self.recipe.class_weights if class_weights == "auto" else class_weights
+        if self._class_weights is not None and len(self._class_weights) != len(layout.classes):
+            raise ValueError(f"class_weights has {len(self._class_weights)} weights for {len(layout.classes)} classes")
         self.root = Path(root)
-        self.layout = FolderLayout.read(self.root, in_chans)
+        self.layout = layout
         self.classes, self.splits, self._in_chans = self.layout.classes, self.layout.splits, self.layout.in_chans
         self.loader = self.layout.loader
+
+    @property
+    def class_weights(self) -> list[float] | None:
+        """The loss's weight of each class (train/'s order), or None for an unweighted loss."""
+        return self._class_weights
 
     @property
     def num_classes(self) -> int:

@@ -1,0 +1,141 @@
+"""A training recipe chosen from what an image folder holds, for ``train.py fit`` on a user's own images.
+
+The folder is surveyed first (the number of images and classes, each class's count, the channels, the image sides
+from a sample of file headers), then what depends on it is chosen:
+
+- **input size**: small images (a side of at most 64 pixels) are seen at their own side, rounded down to a
+  multiple of 4 (the 4x4 patches of the CPU-scale models); larger ones at 32 pixels, the CPU recipe's size;
+- **augmentation**: small grayscale images (digits, characters, glyphs: neither mirror-symmetric nor cropped
+  photos) get a padded random crop of 2 pixels either way and no flip; colour photos the random-resized crop
+  (60-100% of the area) and horizontal flips of the photo recipe;
+- **batch size and epochs** by the number of training images: batch 64 below 20,000 images and 128 from there,
+  and about 480,000 image passes (rounded to 5 epochs, 15 to 100 epochs): 8,000 images train 60 epochs;
+- **class weights**: where the largest class holds more than 3 times the images of the smallest, the loss weighs
+  each class by the inverse of its share (mean weight 1), and the run says so.
+
+Every choice is only a default: a value given in the config or on the command line is kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PIL import Image
+
+from .augmentation import Augmentation
+from .base import DataError
+
+if TYPE_CHECKING:
+    from .folder import FolderLayout
+
+__all__ = ["FolderRecipe", "FolderSurvey", "choose_recipe", "survey_folder"]
+
+SMALL_SIDE = 64  # images with a side up to this are seen at their own size
+PHOTO_SIZE = 32  # the input side for larger images: the CPU-scale models' size
+IMBALANCE = 3.0  # largest over smallest class count above which the loss is weighted
+IMAGE_PASSES = 480_000  # the epochs are chosen to train on about this many images
+SAMPLED_HEADERS = 256  # training images whose size is read to find the folder's image side
+
+
+@dataclass(frozen=True)
+class FolderSurvey:
+    """What a folder holds: training and validation images, each class's count of training images, channels,
+    and the median shorter side of a sample of its images (and whether the sample's sizes differ)."""
+
+    train_images: int
+    val_images: int
+    class_counts: dict[str, int]
+    channels: int
+    side: int
+    sizes_vary: bool
+
+    @property
+    def imbalance(self) -> float:
+        counts = list(self.class_counts.values())
+        return max(counts) / max(min(counts), 1)
+
+
+def survey_folder(layout: FolderLayout) -> FolderSurvey:
+    """Count the folder's images and read the size of up to :data:`SAMPLED_HEADERS` of them (headers only)."""
+    train = layout.samples("train")
+    counts = Counter(layout.classes[label] for _, label in train)
+    step = max(len(train) // SAMPLED_HEADERS, 1)
+    sides, sizes = [], set()
+    for path, _ in train[::step][:SAMPLED_HEADERS]:
+        try:
+            with Image.open(path) as image:
+                sides.append(min(image.size))
+                sizes.add(image.size)
+        except (OSError, ValueError, SyntaxError) as err:
+            raise DataError(f"cannot read image {path} ({err}); replace or remove the file") from err
+    sides.sort()
+    return FolderSurvey(
+        train_images=len(train),
+        val_images=layout.split_sizes["val"],
+        class_counts={name: counts.get(name, 0) for name in layout.classes},
+        channels=layout.in_chans,
+        side=sides[len(sides) // 2] if sides else PHOTO_SIZE,
+        sizes_vary=len(sizes) > 1,
+    )
+
+
+@dataclass(frozen=True)
+class FolderRecipe:
+    """The settings chosen for a folder (see the module docstring), with what the survey found."""
+
+    img_size: int
+    batch_size: int
+    max_epochs: int
+    augmentation: Augmentation
+    class_weights: list[float] | None
+    survey: FolderSurvey
+
+    def describe(
+        self,
+        img_size: int,
+        batch_size: int,
+        max_epochs: int | None,
+        augmentation: Augmentation,
+        class_weights: list[float] | None,
+    ) -> str:
+        """One block for the start of a run: what the folder holds and the settings the run uses (the chosen
+        ones, or those set instead)."""
+        survey = self.survey
+        kind = "grayscale" if survey.channels == 1 else "colour"
+        sizes = f"{survey.side}x{survey.side}" + (" (median; sizes vary)" if survey.sizes_vary else "")
+        if augmentation.padding:
+            augment = f"crops +-{augmentation.padding} px"
+        else:
+            low, high = augmentation.scale or (0.6, 1.0)
+            augment = f"random-resized crops of {low:.0%}-{high:.0%}"
+        augment += ", horizontal flips" if augmentation.hflip else ", no flips"
+        epochs = f"{max_epochs} epochs" if max_epochs is not None else "epochs as set"
+        text = (
+            f"{survey.train_images:,} {kind} images of {sizes} in {len(survey.class_counts)} classes "
+            f"({survey.val_images:,} to validate): input {img_size}, patch 4, {augment}, batch {batch_size}, {epochs}"
+        )
+        if survey.imbalance > IMBALANCE:
+            weighted = "the loss weighs them by inverse frequency" if class_weights else "the loss is unweighted"
+            text += f"; classes imbalanced {survey.imbalance:.1f}:1 ({weighted})"
+        return text
+
+
+def choose_recipe(survey: FolderSurvey) -> FolderRecipe:
+    """The recipe for a surveyed folder (the rules: the module docstring)."""
+    small = survey.side <= SMALL_SIDE
+    img_size = max(8, survey.side // 4 * 4) if small else PHOTO_SIZE
+    if small and survey.channels == 1:
+        augmentation = Augmentation(padding=2, hflip=0.0, color_jitter=0.0)
+    else:
+        augmentation = Augmentation(scale=(0.6, 1.0), hflip=0.5, color_jitter=0.0)
+    batch_size = 64 if survey.train_images < 20_000 else 128
+    epochs = int(min(max(round(IMAGE_PASSES / max(survey.train_images, 1) / 5) * 5, 15), 100))
+    weights = None
+    if survey.imbalance > IMBALANCE:
+        total, classes = sum(survey.class_counts.values()), len(survey.class_counts)
+        raw = [total / (classes * max(count, 1)) for count in survey.class_counts.values()]
+        mean = sum(raw) / len(raw)
+        weights = [round(w / mean, 6) for w in raw]
+    return FolderRecipe(img_size, batch_size, epochs, augmentation, weights, survey)

@@ -1,0 +1,121 @@
+"""A user's own folder: the recipe chosen from what it holds (small grayscale, colour photos, imbalanced
+classes), a value given on the command line kept over the choice, and a classical baseline on the run's own pixels
+that equals scikit-learn called directly, printed in the run's summary and written on its card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import REPO, run_in_process
+from PIL import Image
+
+from crate.lit import ImageFolderDataModule
+from crate.lit.data.folder_recipe import FolderSurvey, choose_recipe
+
+FOLDER = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+
+
+def _survey(train: int, side: int, channels: int, counts: list[int] | None = None) -> FolderSurvey:
+    counts = counts or [train // 10] * 10
+    return FolderSurvey(train, train // 4, {f"c{i}": n for i, n in enumerate(counts)}, channels, side, False)
+
+
+def test_small_grayscale_images_are_seen_at_their_side_with_small_shifts_and_no_flips() -> None:
+    recipe = choose_recipe(_survey(8000, 28, 1))
+    assert (recipe.img_size, recipe.batch_size, recipe.max_epochs) == (28, 64, 60)  # 480,000 / 8,000
+    assert recipe.augmentation.padding == 2 and recipe.augmentation.hflip == 0 and recipe.class_weights is None
+    text = recipe.describe(28, 64, 60, recipe.augmentation, None)
+    assert text.startswith("8,000 grayscale images of 28x28 in 10 classes") and "crops +-2 px, no flips" in text
+
+
+def test_colour_photos_keep_the_photo_recipe_at_32_pixels() -> None:
+    recipe = choose_recipe(_survey(45_000, 375, 3))
+    assert (recipe.img_size, recipe.batch_size, recipe.max_epochs) == (32, 128, 15)  # 10.7 epochs -> at least 15
+    assert recipe.augmentation.scale == (0.6, 1.0) and recipe.augmentation.hflip == 0.5
+    small_colour = choose_recipe(_survey(1000, 32, 3))
+    assert small_colour.img_size == 32 and small_colour.augmentation.hflip == 0.5 and small_colour.max_epochs == 100
+
+
+def test_strongly_imbalanced_classes_are_weighed_by_inverse_frequency_with_mean_one() -> None:
+    counts = [400, 100, 50, 50]
+    recipe = choose_recipe(_survey(600, 28, 1, counts))
+    expected = np.array([1 / n for n in counts])
+    expected /= expected.mean()
+    np.testing.assert_allclose(recipe.class_weights, expected, rtol=1e-5)
+    assert "imbalanced 8.0:1" in recipe.describe(28, 64, 100, recipe.augmentation, recipe.class_weights)
+    assert choose_recipe(_survey(600, 28, 1, [200, 200, 100, 100])).class_weights is None  # 2:1 is not strong
+
+
+def _gray_folder(root: Path, side: int = 12, per_class: tuple[int, ...] = (6, 6, 6)) -> None:
+    rng = np.random.default_rng(0)
+    for split, scale in (("train", 1), ("val", 1)):
+        for c, count in enumerate(per_class):
+            folder = root / split / f"c{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count * scale):
+                pixels = rng.integers(0, 60, size=(side, side), dtype=np.uint8)
+                pixels[c * 3 : c * 3 + 4, :] += 150  # a class-dependent stripe: learnable from pixels
+                Image.fromarray(pixels, mode="L").save(folder / f"{i}.png")
+
+
+def test_the_data_module_chooses_what_is_left_open_and_keeps_what_is_given(tmp_path: Path) -> None:
+    _gray_folder(tmp_path, side=12, per_class=(16, 4, 4))
+    chosen = ImageFolderDataModule(str(tmp_path), num_workers=0)
+    assert chosen.img_size == 12 and chosen.in_chans == 1 and chosen.augmentation.padding == 2
+    assert chosen.recipe.survey.class_counts == {"c0": 16, "c1": 4, "c2": 4} and chosen.class_weights is not None
+    given = ImageFolderDataModule(str(tmp_path), img_size=16, batch_size=5, class_weights=None, num_workers=0)
+    assert (given.img_size, given.batch_size, given.class_weights) == (16, 5, None)
+    assert given.augmentation == chosen.augmentation  # left open: still chosen
+
+
+@pytest.mark.slow  # two short train.py runs in this process
+def test_a_run_on_a_folder_says_its_recipe_records_it_and_carries_its_baseline_to_the_card(
+    tmp_path: Path, caplog
+) -> None:
+    import logging
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    from crate.export import export_checkpoint
+
+    _gray_folder(tmp_path / "images", side=12, per_class=(12, 12, 12))
+    args = ["fit", "--config", FOLDER, "--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
+    args += ["--log_root", str(tmp_path / "logs"), "--trainer.enable_progress_bar", "false"]
+    with caplog.at_level(logging.INFO):
+        proc = run_in_process(*args, "--trainer.max_epochs", "2", "--data.batch_size", "8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = caplog.text
+    assert "folder recipe: 36 grayscale images of 12x12 in 3 classes (36 to validate): input 12, patch 4" in text
+    assert "batch 8, 2 epochs" in text  # the values given win over the chosen ones (64, 100)
+    run = tmp_path / "logs" / "crate_nano_imagefolder" / "version_0"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["init_args"]["img_size"] == 12 and config["data"]["init_args"]["batch_size"] == 8
+    assert config["data"]["init_args"]["augmentation"]["padding"] == 2 and config["trainer"]["max_epochs"] == 2
+
+    # the baseline, computed independently: PIL's pixels in [0, 1], scikit-learn's models fitted directly
+    def pixels(split: str) -> tuple[np.ndarray, np.ndarray]:
+        files = sorted((tmp_path / "images" / split).glob("*/*.png"))
+        x = np.stack([np.asarray(Image.open(f), dtype=np.float32).reshape(-1) / 255.0 for f in files])
+        return x, np.array([int(f.parent.name[1:]) for f in files])
+
+    (train_x, train_y), (val_x, val_y) = pixels("train"), pixels("val")
+    svm = SVC().fit(train_x, train_y).score(val_x, val_y)
+    logistic = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300)).fit(train_x, train_y)
+    held = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["classical_baseline"]
+    assert held["rbf_svm"] == svm and held["logistic"] == logistic.score(val_x, val_y) and held["train_images"] == 36
+    assert f"RBF SVM on pixels {svm:.4f} · logistic {held['logistic']:.4f}" in text  # the end-of-run summary
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "mine.safetensors")
+    assert card["classical_baseline"] == held
+    assert f"RBF SVM {svm:.4f}" in (tmp_path / "mine.md").read_text()
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        proc = run_in_process(*args, "--trainer.max_epochs", "1", "--baseline.enabled", "false")
+    assert proc.returncode == 0 and "classical baseline" not in caplog.text and "against pixels" not in caplog.text
