@@ -2,7 +2,8 @@
 
 The digits' fixed split (the DigitsDataModule's 1,437 training and 360 validation images) is saved as PNG
 files at a given side and channel count (8x8 upsampled bilinearly; gray, or gray replicated to RGB), and
-``configs/crate_nano_imagefolder.yaml`` is trained on the folder once per augmentation setting:
+``configs/crate_nano_imagefolder.yaml`` is trained on the folder once per augmentation setting (``chosen``: the one
+the folder recipe picks, with nothing given):
 
     cd benchmarks && ../.venv/bin/python augmentation_recipes.py --sizes 32 --chans 1 \\
         --settings imagenet,small,small_noflip,digits,digits_affine,none --epochs 30
@@ -30,9 +31,11 @@ FOLDER_CONFIG = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
 SETTINGS: dict[str, dict[str, str]] = {
     # timm's ImageNet training defaults, as the recipe had them before the small-image defaults
     "imagenet": {"scale": "[0.08,1.0]", "hflip": "0.5", "color_jitter": "0.4"},
-    # the recipe's defaults below 128 pixels: the crop keeps 60-100%, no colour jitter
-    "small": {},
-    "small_noflip": {"hflip": "0"},
+    # what the folder recipe chooses from the folder (crate.lit.data.folder_recipe): nothing given
+    "chosen": {},
+    # the photo recipe below 128 pixels: the crop keeps 60-100%, flips, no colour jitter
+    "small": {"scale": "[0.6,1.0]", "hflip": "0.5"},
+    "small_noflip": {"scale": "[0.6,1.0]", "hflip": "0"},
     # the digits recipe: a gentler crop, no flips
     "digits": {"scale": "[0.7,1.0]", "ratio": "[0.8,1.25]", "hflip": "0"},
     # with small rotations, shifts and rescalings on top
@@ -64,10 +67,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="32", help="comma-separated sides of the written images")
     parser.add_argument("--chans", default="1", help="comma-separated channel counts of the written images")
-    parser.add_argument(
-        "--settings", default="imagenet,small,small_noflip,digits,digits_affine,none", help=f"of {sorted(SETTINGS)}"
-    )
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {sorted(SETTINGS)}")
+    parser.add_argument("--epochs", type=int, default=30, help="0: the epochs the folder recipe chooses")
     parser.add_argument("extra", nargs="*", help="train.py arguments, after --")
     args = parser.parse_args()
     for size in map(int, args.sizes.split(",")):
@@ -76,7 +77,8 @@ def main() -> None:
                 write_digits_folder(Path(root), size, chans)
                 for name in args.settings.split(","):
                     overrides = [f"--data.augmentation.{key}={value}" for key, value in SETTINGS[name].items()]
-                    run = ["--config", FOLDER_CONFIG, "--data.root", root, "--trainer.max_epochs", str(args.epochs)]
+                    run = ["--config", FOLDER_CONFIG, "--data.root", root]
+                    run += ["--trainer.max_epochs", str(args.epochs)] if args.epochs else []
                     seconds, metrics = fit_seconds([*run, *overrides, *args.extra])
                     print(
                         f"{size:>3} px, {chans} channel(s) on disk, {name:>13}: val/acc {metrics['val/acc']:.4f} "
