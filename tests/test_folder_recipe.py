@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO, run_in_process
 from PIL import Image
 
-from crate.lit import ImageFolderDataModule
+from crate.lit import Augmentation, ImageFolderDataModule
 from crate.lit.data.folder_recipe import FolderSurvey, choose_recipe
 
 FOLDER = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
@@ -35,7 +35,8 @@ def test_small_grayscale_images_are_seen_at_their_side_with_small_shifts_and_no_
 def test_colour_photos_keep_the_photo_recipe_at_32_pixels() -> None:
     recipe = choose_recipe(_survey(45_000, 375, 3))
     assert (recipe.img_size, recipe.batch_size, recipe.max_epochs) == (32, 128, 15)  # 10.7 epochs -> at least 15
-    assert recipe.augmentation.scale == (0.6, 1.0) and recipe.augmentation.hflip == 0.5
+    assert recipe.augmentation == Augmentation()  # the photo recipe: 60-100% crops below 128 px, flips
+    assert "random-resized crops of 60%-100%, horizontal flips" in recipe.describe(32, 128, 15, Augmentation(), None)
     small_colour = choose_recipe(_survey(1000, 32, 3))
     assert small_colour.img_size == 32 and small_colour.augmentation.hflip == 0.5 and small_colour.max_epochs == 100
 

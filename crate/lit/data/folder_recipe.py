@@ -6,8 +6,8 @@ from a sample of file headers), then what depends on it is chosen:
 - **input size**: small images (a side of at most 64 pixels) are seen at their own side, rounded down to a
   multiple of 4 (the 4x4 patches of the CPU-scale models); larger ones at 32 pixels, the CPU recipe's size;
 - **augmentation**: small grayscale images (digits, characters, glyphs: neither mirror-symmetric nor cropped
-  photos) get a padded random crop of 2 pixels either way and no flip; colour photos the random-resized crop
-  (60-100% of the area) and horizontal flips of the photo recipe;
+  photos) get a padded random crop of 2 pixels either way and no flip; colour images the photo recipe,
+  :class:`Augmentation`'s defaults (random-resized crops of 60-100% of the area below 128 pixels, flips);
 - **batch size and epochs** by the number of training images: batch 64 below 20,000 images and 128 from there,
   and about 480,000 image passes (rounded to 5 epochs, 15 to 100 epochs): 8,000 images train 60 epochs;
 - **class weights**: where the largest class holds more than 3 times the images of the smallest, the loss weighs
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from .augmentation import Augmentation
+from .augmentation import SMALL_IMAGE, Augmentation
 from .base import DataError
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class FolderRecipe:
         if augmentation.padding:
             augment = f"crops +-{augmentation.padding} px"
         else:
-            low, high = augmentation.scale or (0.6, 1.0)
+            low, high = augmentation.scale or ((0.6, 1.0) if img_size < SMALL_IMAGE else (0.08, 1.0))
             augment = f"random-resized crops of {low:.0%}-{high:.0%}"
         augment += ", horizontal flips" if augmentation.hflip else ", no flips"
         epochs = f"{max_epochs} epochs" if max_epochs is not None else "epochs as set"
@@ -129,7 +129,7 @@ def choose_recipe(survey: FolderSurvey) -> FolderRecipe:
     if small and survey.channels == 1:
         augmentation = Augmentation(padding=2, hflip=0.0, color_jitter=0.0)
     else:
-        augmentation = Augmentation(scale=(0.6, 1.0), hflip=0.5, color_jitter=0.0)
+        augmentation = Augmentation()  # the photo recipe: timm's, with the small-image crop and no jitter below 128
     batch_size = 64 if survey.train_images < 20_000 else 128
     epochs = int(min(max(round(IMAGE_PASSES / max(survey.train_images, 1) / 5) * 5, 15), 100))
     weights = None
