@@ -37,6 +37,7 @@ from .rate_monitor import CodingRateMonitor
 from .resume_check import check_resume_data
 from .run_record import PROGRAMS, module_kind
 from .run_summary import RunSummary
+from .snapshots import WeightSnapshots
 from .wall_clock import WallClock
 
 __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
@@ -196,6 +197,7 @@ class CrateCLI(LightningCLI):
         if "class_weights" in inspect.signature(self.model_class).parameters:
             parser.link_arguments("data.class_weights", "model.class_weights", apply_on="instantiate")
         parser.add_lightning_class_args(ClassicalBaseline, "baseline")
+        parser.add_lightning_class_args(WeightSnapshots, "snapshots")
 
     def _parse_ckpt_path(self) -> None:
         """Resolve ``--ckpt_path`` (``last`` across the run's versions), read it through the zoo's checkpoint
