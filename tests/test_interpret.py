@@ -322,10 +322,10 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     pngs = sorted(report.glob("*.png"))
     assert len(pngs) == 4 + 3 * 6  # three models
     expected_sizes = {
-        "layerwise.png": (1800, 1150),  # rows two and three: each model beside its controls, full step and slope
-        "lenses.png": (1800, 340),
-        "seeds.png": (1100, 340),
-        "probe.png": (500, 340),
+        "layerwise.png": (1920, 1550),  # four panels on top; below, each model beside its controls, full step and slope
+        "lenses.png": (1900, 460),
+        "seeds.png": (1300, 460),
+        "probe.png": (600, 420),
     }
     for png in pngs:
         assert f"({png.name})" in text, f"{png.name} is not shown in report.md"

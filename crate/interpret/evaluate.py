@@ -285,6 +285,7 @@ def evaluate_model(
         **figures,
         "top_k": top_k,
         "linear_probe_accuracy": probes,
+        "probe_classes": int(torch.unique(data.train_labels).numel()),  # the probe's chance level is 1 / this
     }
     if controls:
         result["controls"] = figure_controls(model, data, eps, lam, probe_images, top_k, mass, traces=traces)

@@ -37,12 +37,13 @@ def _layers(values: list) -> np.ndarray:
     return np.arange(len(values))
 
 
-def _layer_axis(axis: Any, title: str, **settings: Any) -> None:
-    """A panel over layers: whole-number layer ticks, a title, a small legend where there are labels."""
-    axis.set(title=title, xlabel="layer l", **settings)
+def _layer_axis(axis: Any, title: str, ylabel: str = "", **settings: Any) -> None:
+    """A panel over layers: whole-number layer ticks, a title, a y-axis label, and where there are labels a
+    legend below the panel (outside the curves)."""
+    axis.set(title=title, xlabel="layer l", ylabel=ylabel, **settings)
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     if axis.get_legend_handles_labels()[0]:
-        axis.legend(fontsize=6)
+        axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
 
 
 def _values(values: list | None) -> np.ndarray:
@@ -96,7 +97,9 @@ def _controls_panel(axis: Any, label: str, result: dict[str, Any], convention: s
     summary = (controls.get("compression") or {}).get(convention)
     if summary:
         _control_curves(axis, summary, x, slope=False)
-    _layer_axis(axis, f"{label}\nfull step: R^c after - before attention ({convention})")
+    _layer_axis(
+        axis, f"{label}\nfull step: R^c after - before attention ({convention})", "change of R^c (< 0: compressed)"
+    )
 
 
 def _slopes_panel(axis: Any, label: str, result: dict[str, Any], convention: str = "official") -> None:
@@ -110,7 +113,7 @@ def _slopes_panel(axis: Any, label: str, result: dict[str, Any], convention: str
     axis.axhline(0.0, color="gray", linewidth=0.8)
     axis.plot(x, _values(summary["trained"]["slope"]), marker="o", color="C0", linewidth=2, label="trained")
     _control_curves(axis, summary, x, slope=True)
-    _layer_axis(axis, f"{label}\nslope at t = 0 of R^c(LN(Z + t delta)) ({convention})")
+    _layer_axis(axis, f"{label}\nslope at t = 0 of R^c(LN(Z + t delta)) ({convention})", "d R^c / dt at t = 0")
 
 
 def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
@@ -118,10 +121,10 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
     attention sees), the raw residual stream's R^c, and the sparsity of the sparse code; per layer, per
     model. Second row, one panel per model: the step's change of R^c beside the untrained model and the
     compression controls at full step; third row: the same directions' slopes at 0 (first order)."""
-    columns = max(4, len(results))
-    figure = Figure(figsize=(4.5 * columns, 11.5), layout="constrained")
-    axes = figure.subplots(3, columns, squeeze=False)
-    top = axes[0]
+    models = len(results)
+    figure = Figure(figsize=(4.8 * max(4, models), 15.5), layout="constrained")
+    upper, lower = figure.subfigures(2, 1, height_ratios=(1.0, 2.1))
+    top = upper.subplots(1, 4)
     panels = (
         ("official", "Rc", "R^c(LN Z | U^l), official (eps 0.01)"),
         ("paper", "Rc", "R^c(LN Z | U^l), paper convention"),
@@ -146,16 +149,13 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
             markerfacecolor="none", linewidth=2.5, alpha=0.6, label=f"{label}: block output",
         )  # fmt: skip
     for axis, (_, _, title) in zip(top, panels, strict=False):
-        _layer_axis(axis, title)
-    _layer_axis(top[3], "fraction of exact zeros", ylim=(-0.02, 1))
-    for axis in top[4:]:
-        axis.set_axis_off()
-    for axis, (label, result) in zip(axes[1], results.items(), strict=False):
+        _layer_axis(axis, title, "R^c (nats)")
+    _layer_axis(top[3], "fraction of exact zeros", "share of zeros", ylim=(-0.02, 1))
+    rows = lower.subplots(2, models, squeeze=False)
+    for axis, (label, result) in zip(rows[0], results.items(), strict=True):
         _controls_panel(axis, label, result)
-    for axis, (label, result) in zip(axes[2], results.items(), strict=False):
+    for axis, (label, result) in zip(rows[1], results.items(), strict=True):
         _slopes_panel(axis, label, result)
-    for axis in [*axes[1][len(results) :], *axes[2][len(results) :]]:
-        axis.set_axis_off()
     return figure
 
 
@@ -166,7 +166,7 @@ def _per_layer(result: dict[str, Any], key: str) -> list[float]:
 def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
     """Effective rank, agreement with the kernel (and its chance level), head redundancy, row entropy and
     top-k mass of the attention maps; per layer, mean over heads."""
-    figure = Figure(figsize=(18, 3.4), layout="constrained")
+    figure = Figure(figsize=(19, 4.6), layout="constrained")
     axes = figure.subplots(1, 5)
     keys = ("effective_rank", "kernel_agreement", "redundancy", "entropy", "top_k_mass")
     titles = (
@@ -184,15 +184,16 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
     if with_maps:
         baseline = with_maps[0]["kernel_agreement_baseline"]
         axes[1].axhline(baseline, color="gray", linestyle=":", label=f"chance p/(N-1) = {baseline:.2f}")
-    for axis, title in zip(axes, titles, strict=True):
-        _layer_axis(axis, title)
+    ylabels = ("effective rank", "share of A", "redundancy", "entropy (nats)", "mass")
+    for axis, title, ylabel in zip(axes, titles, ylabels, strict=True):
+        _layer_axis(axis, title, ylabel)
     return figure
 
 
 def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
     """Relative token dispersion at four points of each layer, and the change of the heads' outputs when
     their keys are subsampled, against the number of keys kept (every layer)."""
-    figure = Figure(figsize=(11, 3.4), layout="constrained")
+    figure = Figure(figsize=(13, 4.6), layout="constrained")
     axes = figure.subplots(1, 2)
     points = ("before_attention", "attention_input", "after_attention", "after_norm")
     for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
@@ -216,20 +217,26 @@ def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
                 label=f"{label}, layer {layer}",
             )
     depth = max(len(r["seeds"]) for r in results.values())
-    axes[0].set_xticks(
-        [layer * (len(points) + 1) + 1.5 for layer in range(depth)], [f"layer {layer}" for layer in range(depth)]
-    )
+    names = ("Z", "LN Z", "Z+attn", "LN(Z+attn)")
+    ticks = [layer * (len(points) + 1) + k for layer in range(depth) for k in range(len(points))]
+    axes[0].set_xticks(ticks, [names[k] for _ in range(depth) for k in range(len(points))], rotation=90, fontsize=7)
+    for layer in range(depth):
+        axes[0].axvspan(layer * (len(points) + 1) - 0.5, layer * (len(points) + 1) + 3.5, alpha=0.06, color="gray")
+        axes[0].text(layer * (len(points) + 1) + 1.5, 1.0, f"layer {layer}", ha="center", va="top", fontsize=7)
     axes[0].set(
-        title="relative dispersion at Z, LN Z, Z + attn, LN(Z + attn)", xlabel="four points in each layer",
+        title="relative dispersion of the tokens at four points of each layer", ylabel="relative dispersion",
         ylim=(0, 1.05),
     )  # fmt: skip
     kept = sorted({n for r in results.values() for seed in r["seeds"] for n in seed["subsampled_keys"]})
-    axes[1].set(title="relative change of head outputs with N' keys", xlabel="keys kept N'", xscale="log")
+    axes[1].set(
+        title="relative change of head outputs with N' keys", xlabel="keys kept N'", xscale="log",
+        ylabel="relative change",
+    )  # fmt: skip
     axes[1].set_xticks(kept)
     axes[1].xaxis.set_major_formatter(ScalarFormatter())
     axes[1].xaxis.set_minor_formatter(NullFormatter())
-    for axis in axes:
-        axis.legend(fontsize=6)
+    axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return figure
 
 
@@ -256,12 +263,16 @@ def segmentation_figure(
 
 
 def probe_figure(results: dict[str, dict[str, Any]]) -> Figure:
-    figure = Figure(figsize=(5, 3.4), layout="constrained")
+    """Linear-probe accuracy per layer, with the chance level of the probe's classes (1 / classes)."""
+    figure = Figure(figsize=(6, 4.2), layout="constrained")
     axis = figure.subplots()
     for (label, result), marker in zip(results.items(), MARKERS, strict=False):
         values = result["linear_probe_accuracy"]
         axis.plot(_layers(values), values, marker=marker, label=label)
-    _layer_axis(axis, "linear probe accuracy per layer", ylim=(0, 1.02))
+    classes = {r.get("probe_classes") for r in results.values() if r.get("probe_classes")}
+    for count in sorted(classes):
+        axis.axhline(1 / count, color="gray", linestyle=":", label=f"chance, {count} classes: {1 / count:.2f}")
+    _layer_axis(axis, "linear probe accuracy per layer", "accuracy", ylim=(0, 1.02))
     return figure
 
 
@@ -295,7 +306,8 @@ def attention_figure(
 ) -> Figure:
     """Rows: images; columns: the image, then each head's class-token attention over patches, overlaid."""
     rows, heads = cls_attention.shape[:2]
-    figure = Figure(figsize=(1.6 * (heads + 1), 1.6 * rows), layout="constrained")
+    top = float(cls_attention.max())
+    figure = Figure(figsize=(1.6 * (heads + 1) + 1.2, 1.6 * rows), layout="constrained")
     axes = figure.subplots(rows, heads + 1, squeeze=False)
     for row in range(rows):
         picture = _display(images[row])
@@ -305,12 +317,13 @@ def attention_figure(
             axis = axes[row, head + 1]
             axis.imshow(picture, cmap="gray", extent=extent)
             heat = cls_attention[row, head].reshape(grid).numpy()
-            axis.imshow(heat, cmap="inferno", alpha=0.6, extent=extent)
+            shown = axis.imshow(heat, cmap="inferno", alpha=0.6, extent=extent, vmin=0.0, vmax=top)
             if row == 0:
                 axis.set_title(f"head {head}", fontsize=8)
     for axis in axes.flat:
         axis.set_axis_off()
-    figure.suptitle(f"{label}: class-token attention, layer {layer}", fontsize=9)
+    figure.colorbar(shown, ax=axes, shrink=0.6, label="attention weight of the patch")
+    figure.suptitle(f"{label}: class-token attention, layer {layer} (one colour scale for all)", fontsize=9)
     return figure
 
 

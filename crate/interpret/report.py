@@ -21,7 +21,13 @@ from torch import nn
 from crate.metrics import full_step, trace_model
 
 from . import plots
-from .compression_table import NULL_MARGIN, compression_controls_table, compression_verdict, representatives_table
+from .compression_table import (
+    NULL_MARGIN,
+    compression_controls_table,
+    compression_verdict,
+    layer_verdicts,
+    representatives_table,
+)
 from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
 from .segmentation import attention_masks, foreground_patches
@@ -143,17 +149,17 @@ def _verdict_row(result: dict[str, Any], convention: str) -> str:
 
 
 def _with_init(result: dict[str, Any], cell: Callable[[dict[str, Any]], str]) -> str:
-    """``cell`` of the trained model, with the same cell of the untrained architecture beside it."""
+    """``cell`` of the trained model, then the same cell of the untrained architecture, side by side (no nesting)."""
     controls = result.get("controls")
     if controls is None:
         return cell(result)
-    return f"{cell(result)} (random init: {cell(dict(result, **controls['random_init']))})"
+    return f"trained {cell(result)} · random init {cell(dict(result, **controls['random_init']))}"
 
 
 def _with_uniform(result: dict[str, Any], key: str) -> str:
     value = _with_init(result, lambda r: _fmt(_mean_over_layers(r, key)))
     uniform = (result.get("controls") or {}).get("uniform_map") or {}
-    return value if uniform.get(key) is None else f"{value} (uniform map: {uniform[key]:.3f})"
+    return value if uniform.get(key) is None else f"{value} · uniform map {uniform[key]:.3f}"
 
 
 def _mean_over_layers(result: dict[str, Any], key: str) -> float | None:
@@ -180,18 +186,80 @@ def _segmentation_cell(result: dict[str, Any]) -> str:
 
 
 def _geometry_cell(result: dict[str, Any]) -> str:
-    geometry = result["geometry"]
-    last = geometry["mean_head_coherence"][-1]
-    return f"{_fmt(last)} (random: {_fmt(geometry['random_head_coherence'])})"
+    return _fmt(result["geometry"]["mean_head_coherence"][-1])
 
 
 def _dictionary_cell(result: dict[str, Any]) -> str:
     geometry = result["geometry"]
     if "dictionary_coherence" not in geometry:
         return "n/a"
-    learned = np.mean(geometry["dictionary_coherence"])
+    return f"{np.mean(geometry['dictionary_coherence']):.3f}"
+
+
+def _dictionary_row(result: dict[str, Any]) -> str:
+    geometry = result["geometry"]
+    if "dictionary_coherence" not in geometry:
+        return "n/a"
     random = np.mean([r["coherence"] for r in geometry["random_dictionary"]])
-    return f"{learned:.3f} (random: {random:.3f})"
+    return f"{_with_init(result, _dictionary_cell)} · random dictionary {random:.3f}"
+
+
+def _code_zeros(result: dict[str, Any]) -> float | None:
+    code = result["layerwise"]["official"]["sparsity_of_code"]
+    return float(np.mean(code)) if code and all(v is not None for v in code) else None
+
+
+def _plain_verdicts(label: str, result: dict[str, Any]) -> list[str]:
+    """One plain sentence per figure family, computed from the numbers, each against its control."""
+    lines = [f"**`{label}`**", ""]
+    controls = result.get("controls") or {}
+    initial = controls.get("random_init")
+    summary = (controls.get("compression") or {}).get("official")
+    if summary:
+        depth = len(summary["before"])
+        beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
+        init_summary = (initial or {}).get("compression", {}).get("official") if initial else None
+        init_beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(init_summary)) if init_summary else None
+        judged = "no layer compresses beyond" if beyond == 0 else f"{beyond} of {depth} layers compress beyond"
+        init = "" if init_beyond is None else f" (the untrained architecture: {init_beyond} of {depth})"
+        lines.append(f"- Compression: {judged} a random vector shared by all tokens at the same norm{init}.")
+    zeros = _code_zeros(result)
+    if zeros is not None and initial and _code_zeros(dict(result, **initial)) is not None:
+        before = _code_zeros(dict(result, **initial))
+        trend = "sparser" if zeros > before else "denser" if zeros < before else "as sparse as"
+        lines.append(
+            f"- Sparsity: the codes are {trend} than at initialisation ({zeros:.2f} of entries zero, {before:.2f})."
+        )
+    if result["attention"][0] is not None and initial:
+        rank, rank0 = (
+            _mean_over_layers(result, "effective_rank"),
+            _mean_over_layers(dict(result, **initial), "effective_rank"),
+        )
+        if rank is not None and rank0 is not None:
+            trend = "more focused" if rank < rank0 else "more spread"
+            lines.append(f"- Attention: maps {trend} than at initialisation (effective rank {rank:.2f}, {rank0:.2f}).")
+    segmentation = result.get("segmentation")
+    if segmentation:
+        last = max(segmentation["layers"].items(), key=lambda item: int(item[0]))[1]
+        above = last["best_head_iou"] - last["chance"]
+        verdict = "above" if above > 0 else "not above"
+        lines.append(
+            f"- Segmentation: the best head's IoU is {verdict} chance "
+            f"({last['best_head_iou']:.3f}, chance {last['chance']:.3f})."
+        )
+    geometry = result["geometry"]
+    coherence, random = geometry["mean_head_coherence"][-1], geometry.get("random_head_coherence")
+    if coherence is not None and random is not None:
+        trend = "more" if coherence > random else "less"
+        lines.append(
+            f"- Head subspaces: {trend} coherent than random subspaces of the same shape "
+            f"({coherence:.3f}, {random:.3f})."
+        )
+    probe, classes = result["linear_probe_accuracy"][-1], result.get("probe_classes")
+    if probe is not None:
+        chance = f", chance {1 / classes:.2f}" if classes else ""
+        lines.append(f"- Linear probe of the last layer: {probe:.3f}{chance}.")
+    return lines + [""]
 
 
 def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
@@ -212,9 +280,7 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
 
     rows = {
         "validation accuracy": lambda r: (
-            "n/a (no head)"
-            if r["val_accuracy"] is None
-            else f"{r['val_accuracy']:.4f} ({r['val_images']} images of {r['data']})"
+            "n/a (no head)" if r["val_accuracy"] is None else f"{r['val_accuracy']:.4f} on {r['val_images']} images"
         ),
         "parameters": lambda r: f"{r['parameters']:,}",
         "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
@@ -233,8 +299,10 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         "row entropy, nats (mean)": lambda r: _with_init(r, lambda x: _fmt(_mean_over_layers(x, "entropy"))),
         "top-k mass (mean)": lambda r: _with_uniform(r, "top_k_mass"),
         "segmentation IoU (last two layers)": lambda r: _with_init(r, _segmentation_cell),
-        "head subspace coherence, last layer": lambda r: _with_init(r, _geometry_cell),
-        "dictionary coherence (mean over layers)": lambda r: _with_init(r, _dictionary_cell),
+        "head subspace coherence, last layer": lambda r: (
+            f"{_with_init(r, _geometry_cell)} · random subspaces {_fmt(r['geometry']['random_head_coherence'])}"
+        ),
+        "dictionary coherence (mean over layers)": lambda r: _dictionary_row(r),
         "linear probe, last layer": lambda r: _fmt(r["linear_probe_accuracy"][-1]),
     }
     for name, value in rows.items():
@@ -354,6 +422,11 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         f"```bash\n{command}\n```" if command else "",
         "",
+        "## Verdicts",
+        "",
+        "Each sentence is read from the numbers below, against the figure's own control.",
+        "",
+        *[line for label, result in results.items() for line in _plain_verdicts(label, result)],
         "## Summary",
         "",
         _summary_rows(results),
@@ -409,7 +482,11 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "![probe](probe.png)",
         "",
-        "How linearly separable the classes are in each layer's mean-pooled tokens.",
+        "How linearly separable the classes are in each layer's mean-pooled tokens: a logistic regression on a"
+        " sample of training images' mean token per layer, scored on a sample of validation images. It can sit"
+        " below the model's own accuracy: the model's head reads the class token after the final norm and was"
+        " trained on every training image with augmentation, the probe reads the mean of the tokens and sees a"
+        " sample. The dotted line is chance, 1 / classes.",
     ]
     for label, files in pictures.items():
         parts += ["", f"## `{label}`: attention, segmentation, PCA and subspaces", ""]
