@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--member", default=MODEL, help="the zoo member (configs/cifar10/MEMBER.yaml)")
     parser.add_argument("--extra-config", action="append", default=[], help="a config layered last (repeatable)")
     parser.add_argument("--report", default=None, help="the JSON's file name (default gpu_<device>.json)")
+    parser.add_argument("--snapshots", action="store_true", help="keep the weight snapshots (out/run/snapshots)")
     options = parser.parse_args()
     member = options.member
     start = time.perf_counter()
@@ -174,6 +175,8 @@ def main() -> None:
     configs = recipe(member, options.extra_config)
     train = [sys.executable, "train.py", "fit"] + [a for config in configs for a in ("--config", config)]
     train += ["--log_root", str(log_root), "--data.init_args.root", options.data]
+    if options.snapshots:
+        train += ["--snapshots.enabled", "true"]
     if dry:
         train += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--model.compile", "false"]
         train += ["--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2"]
@@ -206,6 +209,9 @@ def main() -> None:
             shutil.copyfile(last, out / "run" / "checkpoints" / "last.ckpt")
             if (run / "config.yaml").is_file():
                 shutil.copyfile(run / "config.yaml", out / "run" / "config.yaml")
+            if (run / "snapshots").is_dir():
+                shutil.copytree(run / "snapshots", out / "run" / "snapshots")
+                result["snapshots"] = sorted(p.name for p in (run / "snapshots").iterdir())
             exported = out / f"{member}.cifar10_gpu.safetensors"
             export = [sys.executable, "-m", "crate.export", str(last), "--out", str(exported), "--dtype", "float16"]
             export += ["--train-command", shlex.join(["python", *train[1:]])]
