@@ -92,9 +92,13 @@ class ClassicalBaseline(Callback):
         self.scores: dict[str, Any] | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from .module import ImageClassifier  # a classifier's baseline: pretraining has no labels to score
+
         datamodule = trainer.datamodule
         layout = getattr(datamodule, "layout", None)
         if not self.enabled or layout is None or self.scores is not None or not trainer.is_global_zero:
+            return
+        if not isinstance(pl_module, ImageClassifier):
             return
         train, val = layout.samples("train"), layout.samples("val")
         if len({label for _, label in train}) < 2 or not val:
