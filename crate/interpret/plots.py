@@ -151,6 +151,16 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
     for axis, (_, _, title) in zip(top, panels, strict=False):
         _layer_axis(axis, title, "R^c (nats)")
     _layer_axis(top[3], "fraction of exact zeros", "share of zeros", ylim=(-0.02, 1))
+    handles, labels = [], []
+    for axis in (top[0], top[3]):  # one legend for the row, below it: the four panels share their curves
+        if axis.get_legend() is not None:
+            axis.get_legend().remove()
+        more_handles, more_labels = axis.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    upper.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    for axis in top[1:3]:
+        if axis.get_legend() is not None:
+            axis.get_legend().remove()
     rows = lower.subplots(2, models, squeeze=False)
     for axis, (label, result) in zip(rows[0], results.items(), strict=True):
         _controls_panel(axis, label, result)
