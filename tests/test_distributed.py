@@ -63,7 +63,8 @@ def test_validation_of_one_checkpoint_is_the_same_on_one_and_two_processes(runs:
     for label, extra in (("one", []), ("two", ["--config", DDP, "--data.batch_size", "32"])):
         root = tmp_path / label
         _ok(run_train("validate", "--config", DEFAULT, *extra, *QUIET, "--ckpt_path", ckpt, "--log_root", str(root)))
-        run = root / "crate_nano_digits" / "version_0"
+        run = runs["one"]  # validate logs into the checkpoint's own run, whatever --log_root says
+        assert not root.exists()
         rates = {k: v for k, v in _rows(run, "rate/R/layer_0")[-1].items() if k.startswith("rate/")}
         values[label] = {**_rows(run, "val/acc")[-1], **rates}
     assert float(values["one"]["val/acc"]) == float(values["two"]["val/acc"])  # exact: synced sum/count states
