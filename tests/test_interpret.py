@@ -457,8 +457,8 @@ def test_interpret_refuses_a_comparison_of_other_inputs_and_lists_data_settings(
     with pytest.raises(SystemExit) as exit_info:
         interpret_main(args)
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "crate-interpret: loading crate_nano_patch4_32.digits" in err  # it says what it is doing
-    refusal = [line for line in err.splitlines() if "error" in line]
+    captured = capsys.readouterr()
+    assert "crate-interpret: loading crate_nano_patch4_32.digits" in captured.out  # it says what it is doing
+    refusal = captured.err.strip().splitlines()
     assert len(refusal) == 1 and "takes inputs of (3, 32, 32)" in refusal[0] and "(1, 32, 32)" in refusal[0]
     assert not out.exists()

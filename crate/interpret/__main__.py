@@ -13,7 +13,6 @@ digits with their default split, and says so.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 import yaml
@@ -42,8 +41,9 @@ def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[st
 
 
 def say(message: str) -> None:
-    """What the evaluation is doing, on stderr (it runs for minutes to tens of minutes on a CPU)."""
-    print(f"crate-interpret: {message}", file=sys.stderr, flush=True)
+    """What the evaluation is doing, on stdout (it runs for minutes to tens of minutes on a CPU); errors alone go to
+    stderr, as one line."""
+    print(f"crate-interpret: {message}", flush=True)
 
 
 def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: torch.nn.Module) -> None:
