@@ -59,7 +59,8 @@ def test_the_zoo_is_complete() -> None:
     variants = {f"vit_nano_patch4_32_{v}" for v in ("rbf", "poly2", "linear", "bn", "sh", "bnsh", "cbsa")}
     variants |= {"crate_nano_patch4_32_bn", "crate_nano_patch4_32_sh"}
     ablations = {f"crate_{size}_patch4_32_{a}" for size in ("nano", "micro") for a in ("mlp", "mhsa", "attn_only")}
-    assert alpha | variants | ablations | TOST | MAE | CBT <= set(ZOO) and len(ZOO) == 42
+    gpu_members = {"crate_tiny_patch4_32", "vit_tiny_patch4_32"}  # CRATE-T's width at 32 px and its ViT twin
+    assert alpha | variants | ablations | gpu_members | TOST | MAE | CBT <= set(ZOO) and len(ZOO) == 44
     assert len(timm.list_models("tost_*")) == 13
     assert len(timm.list_models("cbt_*")) == 9  # four reference sizes at patch 16 and 8, and the CPU-scale nano
 
