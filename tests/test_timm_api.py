@@ -21,7 +21,7 @@ MAE = {"crate_mae_nano_patch4_32", "crate_mae_tiny_patch16_224"}
 # CBT: the CPU-scale member (the patch-token pooling) and CBT-T at both patch sizes (the authors' pooling)
 CBT = {"cbt_nano_patch4_32", "cbt_tiny_patch16_224", "cbt_tiny_patch8_224"}
 CRATE = set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))
-ZOO = sorted(CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32"} | VARIANTS | TOST | MAE | CBT)
+ZOO = sorted(CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32", "vit_tiny_patch4_32"} | VARIANTS | TOST | MAE | CBT)
 
 
 def _small_size(name: str) -> int:
