@@ -35,7 +35,7 @@ from crate.interpret.compression_table import NULL_MARGIN
 from crate.interpret.evaluate import layer_features, layerwise_curves, linear_probe, operator_geometry
 from crate.metrics import trace_model
 from crate.metrics.controls import full_step
-from crate.models import read_checkpoint
+from crate.models import CheckpointError, read_checkpoint
 from crate.run import build_model, held_out_accuracy, held_out_set, resolve_data
 
 SNAPSHOT = re.compile(r"step(\d+)-epoch(\d+)(-end)?\.safetensors")
@@ -266,7 +266,10 @@ def main() -> None:
     chosen = files[:: args.every] + ([files[-1]] if (len(files) - 1) % args.every else [])
     snapshots = []
     for step, epoch, path in chosen:
-        entry = measure(path, args.images, args.probe_images, overrides)
+        try:
+            entry = measure(path, args.images, args.probe_images, overrides)
+        except (CheckpointError, FileNotFoundError, ValueError) as err:  # a corrupt or foreign snapshot: one line
+            raise SystemExit(f"along_training.py: {path.name}: {err}") from None
         entry.update(step=step, epoch=epoch, file=path.name)
         entry["rows"] = layer_rows(entry)
         snapshots.append(entry)

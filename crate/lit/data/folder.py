@@ -154,13 +154,23 @@ class FolderLayout:
         root = str(self.root.resolve())
         return {"source": "image folder", "root": root, "classes": self.classes, "split_sizes": self.split_sizes}
 
+    @cached_property
+    def _listings(self) -> dict[str, list[tuple[Path, int]]]:
+        """Each split's files, listed once (the recipe's survey, the identity, the baseline and stores share it)."""
+        class_index = {name: index for index, name in enumerate(self.classes)}
+        return {
+            split: [
+                (Path(path), label)
+                for path, label in datasets.folder.make_dataset(
+                    str(self.root / split), class_index, extensions=IMAGE_SUFFIXES, allow_empty=True
+                )
+            ]
+            for split in self.splits
+        }
+
     def samples(self, split: str) -> list[tuple[Path, int]]:
         """The split's image files, sorted, with the index of their class among train/'s classes."""
-        class_index = {name: index for index, name in enumerate(self.classes)}
-        found = datasets.folder.make_dataset(
-            str(self.root / split), class_index, extensions=IMAGE_SUFFIXES, allow_empty=True
-        )
-        return [(Path(path), label) for path, label in found]
+        return list(self._listings[split])
 
 
 class ImageFolderDataModule(ImageDataModule):
