@@ -6,14 +6,15 @@
 2. crate_micro's GPU recipe (``configs/cifar10.yaml`` + the member's file + ``configs/cifar10/gpu.yaml``)
    through ``train.py`` to its end, or to the time left for it (``--trainer.max_time``): each epoch's time
    and val accuracy from the run's ``metrics.csv``; ``epoch_s`` is the median epoch (validation included)
-   after the first two (compilation).
+   after the first two (compilation), ``val_s`` the median validation pass.
 3. The export of the run's final weights (``crate.export``, float16, with its card and val accuracy, beside
    the shipped file's), and the run's ``last.ckpt`` with its ``config.yaml`` as ``run/checkpoints/last.ckpt`` and
    ``run/config.yaml``, so that ``crate.export`` can write the card again elsewhere (the config names the
    precision and the seed).
 4. The bare compiled training step of crate_micro_patch4_32 on a batch already on the device (batch 512,
    bf16 autocast, fused AdamW, ``torch.compile`` with the GPU recipe's mode): ``bare_step_ms``, and
-   ``loop_vs_bare_gpu``, the bare step's share of an epoch (steps an epoch x ``bare_step_ms`` / ``epoch_s``).
+   ``loop_vs_bare_gpu``, the bare step's share of an epoch (steps an epoch x ``bare_step_ms`` / ``epoch_s``), and
+   ``loop_vs_bare_gpu_train``, its share of the epoch without validation (``train_epoch_s`` = epoch_s - val_s).
 5. ``gpu_<device>.json`` with all of it, the commands included (written after each step, so a suite cut
    short still reports what it did).
 
@@ -121,15 +122,19 @@ def _run(command: list[str], log: Path, timeout: float) -> int:
             return 124
 
 
+_LOGGED = {"time/epoch_s": "epoch_s", "time/val_s": "val_s", "val/acc": "val_acc", "train/acc": "train_acc"}
+
+
 def _epochs(metrics_csv: Path) -> list[dict[str, float]]:
-    """Per epoch: its time (time/epoch_s) and val accuracy, from the run's CSV log."""
+    """Per epoch: its time (time/epoch_s, validation included), its validation's time (time/val_s) and val
+    accuracy, from the run's CSV log."""
     by_epoch: dict[int, dict[str, float]] = {}
     with metrics_csv.open() as handle:
         for row in csv.DictReader(handle):
             if not row.get("epoch"):
                 continue
             entry = by_epoch.setdefault(int(float(row["epoch"])), {})
-            for key, name in (("time/epoch_s", "epoch_s"), ("val/acc", "val_acc"), ("train/acc", "train_acc")):
+            for key, name in _LOGGED.items():
                 if row.get(key):
                     entry[name] = float(row[key])
     return [dict(epoch=epoch, **values) for epoch, values in sorted(by_epoch.items())]
@@ -196,9 +201,10 @@ def main() -> None:
         run = runs[-1]
         epochs = _epochs(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
         result["epochs"] = epochs
-        timed = [e["epoch_s"] for e in epochs[2:] if "epoch_s" in e] or [e["epoch_s"] for e in epochs if "epoch_s" in e]
-        if timed:
-            result["epoch_s"] = round(sorted(timed)[len(timed) // 2], 3)
+        for key in ("epoch_s", "val_s"):
+            timed = [e[key] for e in epochs[2:] if key in e] or [e[key] for e in epochs if key in e]
+            if timed:
+                result[key] = round(sorted(timed)[len(timed) // 2], 3)
         accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
         if accuracies:
             result.update(val_acc_last=accuracies[-1], val_acc_best=max(accuracies), epochs_run=len(accuracies))
@@ -237,6 +243,9 @@ def main() -> None:
         steps = 3 if dry else 45_000 // batch
         result["steps_per_epoch"] = steps
         result["loop_vs_bare_gpu"] = round(steps * result["bare_step_ms"] / 1000 / result["epoch_s"], 3)
+        if "val_s" in result:  # the training part of an epoch alone
+            result["train_epoch_s"] = round(result["epoch_s"] - result["val_s"], 3)
+            result["loop_vs_bare_gpu_train"] = round(steps * result["bare_step_ms"] / 1000 / result["train_epoch_s"], 3)
     write()
     shutil.rmtree(work, ignore_errors=True)  # the run's logs and checkpoints (copies are in --out/run)
     print(f"wrote {report} ({result['wall_s']} s)", flush=True)

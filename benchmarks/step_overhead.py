@@ -164,7 +164,6 @@ def count_step(device: str, log_root: str) -> dict[str, Any]:
     parts = _Parts(counter, first, last)
     cli.trainer.callbacks.insert(0, parts)
     module.model.forward = _labelled(counter, "forward_loss", module.model.forward)
-    module.criterion.forward = _labelled(counter, "forward_loss", module.criterion.forward)
     data.augment = _labelled(counter, "augmentation", data.augment)
     module.training_step = _labelled(counter, "logging_metrics", module.training_step)  # forward, loss: nested
     if module.model_ema is not None:

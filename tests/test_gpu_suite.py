@@ -31,6 +31,11 @@ def test_the_gpu_suite_s_dry_run_reports_every_step(tmp_path: Path) -> None:
     assert report["epoch_s"] == round(timed[len(timed) // 2], 3)
     assert report["val_acc_last"] == report["epochs"][-1]["val_acc"]
     assert report["val_acc_best"] == max(e["val_acc"] for e in report["epochs"])
+    assert 0 < report["val_s"] < report["epoch_s"]  # the validation pass is a part of the epoch
+    assert report["train_epoch_s"] == pytest.approx(report["epoch_s"] - report["val_s"], abs=1e-3)
+    assert report["loop_vs_bare_gpu_train"] == pytest.approx(
+        report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["train_epoch_s"], abs=1e-3
+    )
     assert report["loop_vs_bare_gpu"] == pytest.approx(
         report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["epoch_s"], abs=1e-3
     )

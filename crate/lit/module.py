@@ -20,8 +20,10 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.optim import list_optimizers
 from timm.utils import ModelEmaV3
 from torch import nn
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from crate.data import PADDING_LABEL
 from crate.data.batch_mixing import mixed_loss
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, read_checkpoint
@@ -163,15 +165,21 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             )
         if class_weights is not None and len(class_weights) != num_classes:
             raise ValueError(f"class_weights has {len(class_weights)} weights for {num_classes} classes")
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         # the training loss only (val/loss stays comparable across runs); not a checkpointed tensor: hparams hold it
         weight = torch.tensor(class_weights, dtype=torch.float32) if class_weights is not None else None
         self.register_buffer("class_weight", weight, persistent=False)
         self.mixed_criterion = SoftTargetCrossEntropy()
         # the same value as val/acc's MulticlassAccuracy, in 6 tensor operations a step and no read-back
         self.train_acc = Top1Accuracy()
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        # evaluation: (mean loss, accuracy) per stage, each leaving out a padded batch's filler samples
+        self.eval_metrics = nn.ModuleDict(
+            {
+                stage: nn.ModuleList(
+                    [MeanMetric(), MulticlassAccuracy(num_classes, average="micro", ignore_index=PADDING_LABEL)]
+                )
+                for stage in ("val", "test")
+            }
+        )
 
     def configure_model(self) -> None:
         """Compile in place (once) when asked: the module keeps its parameter names, so its state dict, its
@@ -218,18 +226,26 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         """The weights validation, test and predict measure: the moving average when it is on."""
         return self.model_ema.module if self.model_ema is not None else self.model
 
-    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metric: MulticlassAccuracy) -> None:
+    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
+        """Loss and accuracy of an evaluation batch; samples labelled ``PADDING_LABEL`` (a padded last batch,
+        :func:`crate.data.pad_batch`) are left out of both, without reading anything back to the host."""
         images, targets = batch
         logits = self.evaluated_model()(images)
-        self.log(f"{stage}/loss", self.criterion(logits, targets), prog_bar=stage == "val", sync_dist=True)
-        metric(logits, targets)
-        self.log(f"{stage}/acc", metric, prog_bar=True)
+        kept = targets != PADDING_LABEL
+        losses = nn.functional.cross_entropy(
+            logits, targets.clamp(min=0), reduction="none", label_smoothing=self.hparams.label_smoothing
+        )
+        loss_metric, acc_metric = self.eval_metrics[stage]
+        loss_metric.update(losses, weight=kept.to(losses.dtype))
+        acc_metric.update(logits, targets)
+        self.log(f"{stage}/loss", loss_metric, prog_bar=stage == "val")
+        self.log(f"{stage}/acc", acc_metric, prog_bar=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_acc)
+        self._eval_step(batch, "val")
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_acc)
+        self._eval_step(batch, "test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor | None]:
         """Class probabilities (and the labels where the batch has them), for the PredictionWriter."""

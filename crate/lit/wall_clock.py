@@ -12,14 +12,16 @@ __all__ = ["WallClock"]
 
 
 class WallClock(Callback):
-    """Logs ``time/epoch_s``, the wall seconds of each training epoch (its validation included), and at each
-    validation ``time/elapsed_s``, the wall seconds of the fit so far. A checkpoint carries the elapsed time,
+    """Logs ``time/epoch_s``, the wall seconds of each training epoch (its validation included), ``time/val_s``,
+    the wall seconds of each validation pass within a fit, and at each validation ``time/elapsed_s``, the wall
+    seconds of the fit so far. A checkpoint carries the elapsed time,
     so a resumed run counts on from it (the time between the interruption and the resume is not counted)."""
 
     def __init__(self) -> None:
         self.carried = 0.0
         self._fit_start: float | None = None
         self._epoch_start: float | None = None
+        self._val_start: float | None = None
 
     def elapsed(self) -> float:
         running = time.perf_counter() - self._fit_start if self._fit_start is not None else 0.0
@@ -35,8 +37,13 @@ class WallClock(Callback):
         if self._epoch_start is not None:
             pl_module.log("time/epoch_s", time.perf_counter() - self._epoch_start, on_epoch=True)
 
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_start = time.perf_counter()
+
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == "fit":
+            if self._val_start is not None:
+                pl_module.log("time/val_s", time.perf_counter() - self._val_start, on_epoch=True)
             pl_module.log("time/elapsed_s", self.elapsed(), on_epoch=True)
 
     def state_dict(self) -> dict[str, Any]:

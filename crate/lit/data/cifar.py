@@ -40,6 +40,7 @@ class CIFARDataModule(StoredImageDataModule):
         drop_last: leave out an epoch's last, smaller training batch (fixed shapes for compiled steps).
         multi_crop: training batches as multi-crop views for self-distillation (:class:`crate.data.MultiCrop`).
         mixing: Mixup and CutMix on the device (:class:`crate.data.BatchMixing`); None: no mixing.
+        fixed_eval_shape: pad the last evaluation batch to ``batch_size`` (one shape for CUDA graphs).
     """
 
     def __init__(
@@ -56,9 +57,19 @@ class CIFARDataModule(StoredImageDataModule):
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
         mixing: BatchMixing | None = None,
+        fixed_eval_shape: bool = False,
     ) -> None:
         super().__init__(
-            img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop, mixing
+            img_size,
+            batch_size,
+            num_workers,
+            augmentation,
+            seed,
+            predict_split,
+            drop_last,
+            multi_crop,
+            mixing,
+            fixed_eval_shape,
         )
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import Dataset
 
 from crate.data import (
@@ -27,6 +28,7 @@ from crate.data import (
     StoreError,
     TensorStore,
     as_batch,
+    pad_batch,
 )
 from crate.data.tensor_store import folder_store
 
@@ -56,6 +58,7 @@ class StoredImageDataModule(ImageDataModule):
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
         mixing: BatchMixing | None = None,
+        fixed_eval_shape: bool = False,
     ) -> None:
         super().__init__(img_size, batch_size, num_workers, seed, predict_split, drop_last)
         if mixing is not None and multi_crop is not None:
@@ -67,6 +70,7 @@ class StoredImageDataModule(ImageDataModule):
         self.augmentation = augmentation
         self.multi_crop = multi_crop
         self.mixing = mixing
+        self.fixed_eval_shape = fixed_eval_shape
         self.mean: tuple[float, ...] = ()
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
@@ -101,6 +105,18 @@ class StoredImageDataModule(ImageDataModule):
             return self.multi_crop(images, seeds, self.mean, self.std)
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         return self.augmentation(images, seeds, self.mean, self.std, size=self.img_size, epoch=epoch)
+
+    def _evaluating(self) -> bool:
+        stage = self.trainer.state.stage if self.trainer is not None else None
+        return stage in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING, RunningStage.TESTING)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """With ``fixed_eval_shape``, a validation or test batch smaller than ``batch_size`` (a split's last)
+        padded to it on the host (:func:`crate.data.pad_batch`; the padding's label is left out of the
+        metrics); prediction batches are never padded."""
+        if self.fixed_eval_shape and self._evaluating() and isinstance(batch, (tuple, list)) and len(batch) == 2:
+            return list(pad_batch(batch[0], batch[1], self.batch_size))
+        return batch
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """A training batch (uint8 images, labels, seeds) augmented: ``(images, labels)``, or with ``mixing`` on
@@ -137,6 +153,8 @@ class StoredImageFolderDataModule(StoredImageDataModule):
             ``pretrain.py --objective simdino``) instead of ``augmentation``; None for classification.
         mixing: Mixup and CutMix of the augmented training batches on their device, each image's draws from its
             own seed (:class:`crate.data.BatchMixing`); None: no mixing.
+        fixed_eval_shape: pad a split's last validation or test batch to ``batch_size`` (labels -1, left out
+            of the metrics), so that a compiled model under CUDA graphs evaluates in one shape.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -155,9 +173,19 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         drop_last: bool = False,
         multi_crop: MultiCrop | None = None,
         mixing: BatchMixing | None = None,
+        fixed_eval_shape: bool = False,
     ) -> None:
         super().__init__(
-            img_size, batch_size, num_workers, augmentation, seed, predict_split, drop_last, multi_crop, mixing
+            img_size,
+            batch_size,
+            num_workers,
+            augmentation,
+            seed,
+            predict_split,
+            drop_last,
+            multi_crop,
+            mixing,
+            fixed_eval_shape,
         )
         self.root = Path(root)
         self.layout = FolderLayout.read(self.root, in_chans)
