@@ -1,8 +1,10 @@
 """Datasets and loaders as plain torch (no Lightning): the embedded digits, resumable loading, tensor
-stores of decoded images, their batched augmentation and mixing, and fixed-shape evaluation batches."""
+stores of decoded images, their batched augmentation and mixing, fixed-shape evaluation batches, and JPEG
+folders decoded on the device."""
 
 from .batch_augmentation import BatchAugmentation
 from .batch_mixing import BatchMixing
+from .device_decode import DeviceImageTransform, EncodedImages, SeededEncodedImages, crop_box, decode_batch
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .multi_crop import MultiCrop
 from .padding import PADDING_LABEL, pad_batch
@@ -13,11 +15,14 @@ __all__ = [
     "BatchAugmentation",
     "BatchMixing",
     "DIGITS_MEAN",
+    "DeviceImageTransform",
+    "EncodedImages",
     "DIGITS_STD",
     "MultiCrop",
     "PADDING_LABEL",
     "ResumableDataLoader",
     "ResumableSampler",
+    "SeededEncodedImages",
     "SeededTransformDataset",
     "SeededStoredImages",
     "StoreError",
@@ -25,6 +30,8 @@ __all__ = [
     "TensorImageDataset",
     "TensorStore",
     "as_batch",
+    "crop_box",
+    "decode_batch",
     "folder_store",
     "pad_batch",
     "load_digits_tensors",

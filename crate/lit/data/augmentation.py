@@ -29,7 +29,9 @@ from timm.data.transforms import str_to_interp_mode
 from timm.data.transforms_factory import transforms_imagenet_train
 from torchvision import transforms
 
-__all__ = ["SMALL_IMAGE", "Augmentation", "train_transform"]
+from crate.data.device_decode import DeviceImageTransform
+
+__all__ = ["SMALL_IMAGE", "Augmentation", "check_device_augmentation", "device_transform", "train_transform"]
 
 SMALL_IMAGE = 128  # below this side (pixels), the crop range and colour jitter defaults are the small-image ones
 
@@ -163,3 +165,40 @@ def train_transform(
             )
         )
     return transforms.Compose(steps + list(secondary.transforms) + list(final.transforms))
+
+
+def check_device_augmentation(augmentation: Augmentation, img_size: int) -> None:
+    """Refuse settings the device path (``decode: device``) does not apply: it crops (``scale``, ``ratio``),
+    flips horizontally and erases (``re_prob``); colour jitter left at its default is not applied there."""
+    unsupported = {
+        "padding": augmentation.padding,
+        "vflip": augmentation.vflip,
+        "rotate": augmentation.rotate,
+        "translate": augmentation.translate,
+        "zoom": augmentation.zoom != (1.0, 1.0),
+        "color_jitter": augmentation.color_jitter or 0.0,
+        "auto_augment": augmentation.auto_augment,
+    }
+    given = [name for name, value in unsupported.items() if value]
+    if given:
+        raise ValueError(
+            f"decode 'device' crops (scale, ratio), flips (hflip) and erases (re_prob) on the device; it does not "
+            f"apply {', '.join(given)}: leave them unset, or decode on the CPU (--data.decode cpu)"
+        )
+
+
+def device_transform(augmentation: Augmentation, img_size: int, config: dict) -> DeviceImageTransform:
+    """The device path's transforms for these settings and a timm data config (mean, std, interpolation,
+    crop_pct)."""
+    interpolation = config.get("interpolation", "bilinear")
+    return DeviceImageTransform(
+        size=img_size,
+        mean=tuple(config["mean"]),
+        std=tuple(config["std"]),
+        scale=augmentation.scale_for(img_size),
+        ratio=augmentation.ratio,
+        hflip=augmentation.hflip,
+        re_prob=augmentation.re_prob,
+        interpolation=interpolation if interpolation in ("bilinear", "bicubic") else "bilinear",
+        crop_pct=config.get("crop_pct", 0.875),
+    )

@@ -3,18 +3,29 @@ optionally, ``root/test/<class>/*``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from timm.data import create_transform
+from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 
-from .augmentation import Augmentation, train_transform
+from crate.data.device_decode import (
+    DeviceImageTransform,
+    EncodedImages,
+    SeededEncodedImages,
+    collate_encoded,
+    decode_batch,
+)
+
+from .augmentation import Augmentation, check_device_augmentation, device_transform, train_transform
 from .base import DataError, ImageDataModule
 from .folder_recipe import FolderRecipe, choose_recipe, survey_folder
 
@@ -206,7 +217,10 @@ class ImageFolderDataModule(ImageDataModule):
         seed: int = 0,
         predict_split: str = "val",
         class_weights: list[float] | str | None = "auto",
+        decode: str = "cpu",
     ) -> None:
+        if decode not in ("cpu", "device"):
+            raise ValueError(f"decode must be 'cpu' (PIL in the loader's workers) or 'device', got {decode!r}")
         layout = FolderLayout.read(Path(root), in_chans)
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
@@ -222,6 +236,11 @@ class ImageFolderDataModule(ImageDataModule):
             predict_split,
         )
         self.augmentation = augmentation if augmentation is not None else self.recipe.augmentation
+        self.decode = decode
+        if decode == "device":
+            check_device_augmentation(self.augmentation, self.img_size)
+        self.device_transform: DeviceImageTransform | None = None
+        self._encoded: dict[int, EncodedImages] = {}  # id of a split's dataset -> its files for the device path
         self._class_weights = self.recipe.class_weights if class_weights == "auto" else class_weights
         if self._class_weights is not None and len(self._class_weights) != len(layout.classes):
             raise ValueError(f"class_weights has {len(self._class_weights)} weights for {len(layout.classes)} classes")
@@ -273,3 +292,41 @@ class ImageFolderDataModule(ImageDataModule):
             evaluated.append(dataset)
         self.train_set, self.val_set = train, evaluated[0]
         self.test_set = evaluated[1] if len(evaluated) > 1 else None
+        if self.decode == "device":
+            self.device_transform = device_transform(self.augmentation, self.img_size, config)
+            for split, dataset in zip(self.splits, (train, *evaluated), strict=True):
+                self._encoded[id(dataset)] = EncodedImages(self.layout.samples(split), self.loader)
+
+    # decode "device": the loaders read files (bytes, or pixels where the device cannot decode them), and each
+    # batch is decoded and transformed on the device before the transfer; train_set, val_set and test_set keep
+    # their PIL transforms for everything that reads single images (interpretation, probes, baselines)
+    def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
+        if self.decode != "device":
+            return super()._seeded_train_set()
+        return SeededEncodedImages(self._encoded[id(self.train_set)]), collate_encoded
+
+    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
+        if self.decode != "device" or dataset is None:
+            return super()._loader(dataset, shuffle)
+        return DataLoader(
+            self._encoded[id(dataset)],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=collate_encoded,
+        )
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """decode "device": a batch of files decoded and transformed where the model runs, ``[images, labels]``."""
+        if not (isinstance(batch, dict) and "payloads" in batch):
+            return batch
+        trainer = self.trainer
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        try:
+            images = decode_batch(batch["payloads"], batch["paths"], device)
+        except ValueError as err:
+            raise DataError(str(err)) from err
+        if "seeds" in batch:
+            return [self.device_transform.train(images, batch["seeds"].tolist()), batch["labels"]]
+        return [self.device_transform.evaluate(images), batch["labels"]]
