@@ -1,0 +1,59 @@
+"""benchmarks/input_path.py's synthetic folder: ImageNet-like sizes and files, pixels with a 1/f spectrum."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from input_path import SPECTRUM, imagenet_size, natural_image, write_folder  # noqa: E402
+
+
+def test_synthetic_photos_have_a_one_over_f_spectrum_and_imagenet_s_file_sizes() -> None:
+    rng = np.random.default_rng(0)
+    image = natural_image(rng, 375, 500)
+    gray = np.asarray(image.convert("L"), dtype=np.float64)
+    amplitude = np.abs(np.fft.rfft2(gray - gray.mean()))
+    fy, fx = np.fft.fftfreq(375)[:, None], np.fft.rfftfreq(500)[None, :]
+    frequency = np.hypot(fx, fy)
+    band = (frequency > 0.01) & (frequency < 0.25)  # clear of the image's mean and of the pixel grid
+    slope = np.polyfit(np.log(frequency[band]), np.log(amplitude[band]), 1)[0]
+    assert abs(slope + SPECTRUM) < 0.15  # natural images: about -1; white noise would give 0
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=90)
+    assert 70_000 < len(buffer.getvalue()) < 160_000  # ImageNet's JPEGs: about 110 KB
+    sizes = [imagenet_size(rng) for _ in range(2000)]
+    assert np.median([max(s) for s in sizes]) == 500 and np.median([min(s) for s in sizes]) == 375
+    assert 0.2 < np.mean([w < h for w, h in sizes]) < 0.3  # portraits a quarter of the time
+
+
+def test_the_folder_is_written_once_and_described(tmp_path: Path) -> None:
+    stats = write_folder(tmp_path, 6, processes=2)
+    assert stats["images"] == 6 and len(list(tmp_path.glob("val/*/*.jpg"))) == 16
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")}
+    assert write_folder(tmp_path, 6) == stats
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")} == before  # kept, not rewritten
+
+
+@pytest.mark.slow
+def test_the_queue_s_input_path_job_runs_as_written(tmp_path: Path) -> None:
+    """The GPU queue's job, dry (the CPU, tiny limits): both paths and the fed step are measured."""
+    from gpu_queue import load_queue, run_job
+
+    job = next(job for job in load_queue() if job.name == "input_path_imagenet_jpegs")
+    (tmp_path / "out").mkdir()
+    record = run_job(job, tmp_path / "work", tmp_path / "out", "unused", dry=True)
+    assert record["exit_status"] == 0, record.get("log_tail")
+    assert record["environment"]["device"] and record["result"]["folder"]["images"] == 8
+    result = record["result"]
+    assert result["loader_cpu_images_s"] > 0 and result["loader_device_images_s"] > 0
+    step = result["steps"]["crate_tiny_patch16_224"]
+    for path in ("cpu", "device"):
+        assert step[f"fed_{path}_vs_resident"] == pytest.approx(
+            step[f"fed_{path}_images_s"] / step["resident_images_s"], abs=2e-3
+        )
