@@ -30,6 +30,10 @@ def test_small_grayscale_images_are_seen_at_their_side_with_small_shifts_and_no_
     assert recipe.augmentation.padding == 2 and recipe.augmentation.hflip == 0 and recipe.class_weights is None
     text = recipe.describe(28, 64, 60, recipe.augmentation, None)
     assert text.startswith("8,000 grayscale images of 28x28 in 10 classes") and "crops +-2 px, no flips" in text
+    assert "objects: --data.augmentation.padding 2 --data.augmentation.hflip 0.5" in text  # how to undo the guess
+    given = recipe.describe(28, 64, 60, Augmentation(padding=2, hflip=0.0), None)
+    assert "objects:" in given  # the same settings given on the command line: the same hint
+    assert "objects:" not in recipe.describe(28, 64, 60, Augmentation(scale=(0.6, 1.0), hflip=0.0), None)
 
 
 def test_colour_photos_keep_the_photo_recipe_at_32_pixels() -> None:

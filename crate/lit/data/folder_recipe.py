@@ -36,6 +36,7 @@ SMALL_SIDE = 64  # images with a side up to this are seen at their own size
 PHOTO_SIZE = 32  # the input side for larger images: the CPU-scale models' size
 IMBALANCE = 3.0  # largest over smallest class count above which the loss is weighted
 IMAGE_PASSES = 480_000  # the epochs are chosen to train on about this many images
+GLYPH_FLIP_HINT = "--data.augmentation.padding 2 --data.augmentation.hflip 0.5"
 SAMPLED_HEADERS = 256  # training images whose size is read to find the folder's image side
 
 
@@ -110,7 +111,12 @@ class FolderRecipe:
         else:
             low, high = augmentation.scale or ((0.6, 1.0) if img_size < SMALL_IMAGE else (0.08, 1.0))
             augment = f"random-resized crops of {low:.0%}-{high:.0%}"
-        augment += ", horizontal flips" if augmentation.hflip else ", no flips"
+        if augmentation.hflip:
+            augment += ", horizontal flips"
+        elif augmentation.padding and survey.channels == 1 and self.augmentation.hflip == 0:  # the glyph choice
+            augment += ", no flips (read as characters; objects: " + GLYPH_FLIP_HINT + ")"
+        else:
+            augment += ", no flips"
         epochs = f"{max_epochs} epochs" if max_epochs is not None else "epochs as set"
         text = (
             f"{survey.train_images:,} {kind} images of {sizes} in {len(survey.class_counts)} classes "
