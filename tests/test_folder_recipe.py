@@ -124,3 +124,18 @@ def test_a_run_on_a_folder_says_its_recipe_records_it_and_carries_its_baseline_t
     with caplog.at_level(logging.INFO):
         proc = run_in_process(*args, "--trainer.max_epochs", "1", "--baseline.enabled", "false")
     assert proc.returncode == 0 and "classical baseline" not in caplog.text and "against pixels" not in caplog.text
+
+
+def test_the_baseline_s_subsample_keeps_each_class_share_within_its_caps() -> None:
+    from crate.lit.classical_baseline import _subsample, baseline_scores
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1, 2], [300, 150, 50])  # 500 images, imbalanced
+    features = rng.normal(size=(500, 40)).astype(np.float32) + labels[:, None]
+    scores = baseline_scores(features, labels, features[:30], labels[:30], max_train=100)
+    assert scores["train_images"] == 100 and scores["pixels"] == 40
+    scores = baseline_scores(features, labels, features[:30], labels[:30], max_values=40 * 60)
+    assert scores["train_images"] == 60  # the pixel-value cap: 2,400 values of 40 each
+    assert np.bincount(labels[_subsample(labels, 100)]).tolist() == [60, 30, 10]  # the shares of 300:150:50
+    everything = baseline_scores(features, labels, features[:30], labels[:30])
+    assert everything["train_images"] == 500  # under both caps: every training image

@@ -127,7 +127,8 @@ class RunSummary(Callback):
         if baseline is not None and last is not None:
             lines.append(
                 f"  against pixels   this run {last:.4f} · RBF SVM on pixels {baseline['rbf_svm']:.4f} · "
-                f"logistic {baseline['logistic']:.4f} (same validation images)"
+                f"logistic {baseline['logistic']:.4f} (same validation images; fitted on "
+                f"{baseline['train_images']:,} training images)"
             )
         best_path, last_path = self._checkpoints(trainer, name)
         if best_path:
