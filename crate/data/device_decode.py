@@ -193,8 +193,10 @@ class DeviceImageTransform:
 
     Args:
         size: the output side.
-        mean, std: the normalisation, one value per channel.
-        scale, ratio: the random-resized crop's area share and aspect-ratio ranges.
+        mean: the normalisation's mean, one value per channel.
+        std: the normalisation's standard deviation, one value per channel.
+        scale: the random-resized crop's range of area shares.
+        ratio: the random-resized crop's range of aspect ratios.
         hflip: probability of a horizontal flip.
         re_prob: probability of random erasing (timm's settings, as :class:`BatchAugmentation` draws it).
         interpolation: ``bilinear`` or ``bicubic`` (the model's pretrained cfg), antialiased.
