@@ -202,6 +202,10 @@ class ImageFolderDataModule(ImageDataModule):
     ``img_size``, ``batch_size``, ``augmentation`` and ``class_weights`` left at None / ``"auto"`` are chosen
     from the folder (:mod:`crate.lit.data.folder_recipe`: its images' side, channels, count and class balance),
     and ``recipe`` holds the choice (with the epochs it suggests); a value given is kept.
+
+    ``decode="device"`` (for GPUs and ImageNet-size JPEGs): the loaders' workers read files only, and each batch is
+    decoded, cropped, flipped and normalised on the device it trains on (:mod:`crate.data.device_decode`);
+    ``train_set``, ``val_set`` and ``test_set`` keep timm's transforms for whatever reads single images.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
