@@ -141,8 +141,10 @@ class CodingRateMonitor(Callback):
 
     def _probe_images(self, trainer: L.Trainer) -> torch.Tensor:
         if self._probe is None:
-            loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else trainer.val_dataloaders
-            dataset = loader.dataset
+            # single evaluated images: the DataModule's val_set (its loader may carry encoded files, decode "device")
+            dataset = getattr(trainer.datamodule, "val_set", None) if trainer.datamodule is not None else None
+            if dataset is None:
+                dataset = trainer.val_dataloaders.dataset
             self._probe = torch.stack([dataset[index][0] for index in sample_order(len(dataset), self.probe_size)])
         return self._probe
 
