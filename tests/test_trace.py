@@ -164,9 +164,11 @@ def test_rate_monitor_probes_a_class_mixed_sample_of_a_class_sorted_validation_s
 
     labels = torch.arange(10).repeat_interleave(50)  # 500 images, class by class
     images = torch.arange(500, dtype=torch.float32).view(500, 1, 1, 1).expand(500, 3, 4, 4)  # image i holds i
-    loader = DataLoader(TensorDataset(images, labels), batch_size=64)
-    trainer = SimpleNamespace(datamodule=SimpleNamespace(val_dataloader=lambda: loader))
-    probe = CodingRateMonitor(probe_size=32)._probe_images(trainer)
-    drawn = probe[:, 0, 0, 0].long().tolist()
-    assert drawn == sample_order(500, 32) and len(set(drawn)) == 32
-    assert len(set(labels[drawn].tolist())) >= 5  # first 32 images: class 0 only
+    dataset = TensorDataset(images, labels)
+    from_datamodule = SimpleNamespace(datamodule=SimpleNamespace(val_set=dataset))
+    from_loader = SimpleNamespace(datamodule=None, val_dataloaders=DataLoader(dataset, batch_size=64))
+    for trainer in (from_datamodule, from_loader):
+        probe = CodingRateMonitor(probe_size=32)._probe_images(trainer)
+        drawn = probe[:, 0, 0, 0].long().tolist()
+        assert drawn == sample_order(500, 32) and len(set(drawn)) == 32
+        assert len(set(labels[drawn].tolist())) >= 5  # first 32 images: class 0 only
