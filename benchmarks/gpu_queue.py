@@ -139,7 +139,8 @@ def pack(work: Path, archive: Path, limit: int = ARCHIVE_LIMIT) -> list[str]:
 
 
 def _measured(record: dict[str, Any]) -> str:
-    """What a finished job measured, in one cell: val accuracy (exported file), epochs and epoch time, the loop."""
+    """What a finished job measured, in one cell: val accuracy (exported file), epochs and epoch time, the loop,
+    and the fit's seconds to each val accuracy it reached."""
     result = record.get("result") or {}
     device = (record.get("environment") or {}).get("device", "?")
     parts = [f"{device}, {record.get('date', '?')[:10]}"]
@@ -150,6 +151,9 @@ def _measured(record: dict[str, Any]) -> str:
         parts.append(f"{result['epochs_run']} epochs, {result.get('epoch_s', '?')} s each")
     if result.get("loop_vs_bare_gpu") is not None:
         parts.append(f"loop {result['loop_vs_bare_gpu']} of the bare step")
+    reached = {t: hit for t, hit in (result.get("time_to_val_acc") or {}).items() if hit}
+    if reached:
+        parts.append("val " + ", ".join(f"{t} at {hit['seconds']:.0f} s" for t, hit in reached.items()))
     if record.get("exit_status"):
         parts.append(f"exit status {record['exit_status']}")
     return "; ".join(parts)

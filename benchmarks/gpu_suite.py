@@ -6,7 +6,9 @@
 2. crate_micro's GPU recipe (``configs/cifar10.yaml`` + the member's file + ``configs/cifar10/gpu.yaml``)
    through ``train.py`` to its end, or to the time left for it (``--trainer.max_time``): each epoch's time
    and val accuracy from the run's ``metrics.csv``; ``epoch_s`` is the median epoch (validation included)
-   after the first two (compilation), ``val_s`` the median validation pass.
+   after the first two (compilation), ``val_s`` the median validation pass; ``time_to_val_acc``, for 0.70,
+   0.80, 0.85 and 0.90, the fit's wall seconds (``time/elapsed_s``: start-up, compilation and validation
+   included) at the first validation that reached it, with its epoch (null where the run never did).
 3. The export of the run's final weights (``crate.export``, float16, with its card and val accuracy, beside
    the shipped file's), and the run's ``last.ckpt`` with its ``config.yaml`` as ``run/checkpoints/last.ckpt`` and
    ``run/config.yaml``, so that ``crate.export`` can write the card again elsewhere (the config names the
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from time_to_accuracy import first_reached
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "crate_micro_patch4_32"
@@ -122,12 +125,19 @@ def _run(command: list[str], log: Path, timeout: float) -> int:
             return 124
 
 
-_LOGGED = {"time/epoch_s": "epoch_s", "time/val_s": "val_s", "val/acc": "val_acc", "train/acc": "train_acc"}
+_LOGGED = {
+    "time/epoch_s": "epoch_s",
+    "time/val_s": "val_s",
+    "time/elapsed_s": "elapsed_s",
+    "val/acc": "val_acc",
+    "train/acc": "train_acc",
+}
+TIME_TO_ACCURACY = (0.70, 0.80, 0.85, 0.90)  # the val accuracies whose first time a run reports
 
 
 def _epochs(metrics_csv: Path) -> list[dict[str, float]]:
-    """Per epoch: its time (time/epoch_s, validation included), its validation's time (time/val_s) and val
-    accuracy, from the run's CSV log."""
+    """Per epoch: its time (time/epoch_s, validation included), its validation's time (time/val_s), the fit's
+    wall time at its validation (time/elapsed_s), val and train accuracy, from the run's CSV log."""
     by_epoch: dict[int, dict[str, float]] = {}
     with metrics_csv.open() as handle:
         for row in csv.DictReader(handle):
@@ -208,6 +218,8 @@ def main() -> None:
         accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
         if accuracies:
             result.update(val_acc_last=accuracies[-1], val_acc_best=max(accuracies), epochs_run=len(accuracies))
+        points = [(e["epoch"], e["val_acc"], e["elapsed_s"]) for e in epochs if "val_acc" in e and "elapsed_s" in e]
+        result["time_to_val_acc"] = {f"{t:.2f}": first_reached(points, t) for t in TIME_TO_ACCURACY}
         write()
         last = run / "checkpoints" / "last.ckpt"
         if last.exists():

@@ -209,9 +209,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         )
         slopes = f"{mean_of('rc_slope', 2)} ({mean_of('rc_slope_theory_step', 2)})"
         counts = f"{mean_of('layers_beyond_shared_null', 1)}, {mean_of('layers_first_order', 1)}"
+        ratio = "n/a" if r["throughput_ratio"] is None else f"{r['throughput_ratio']:.2f}x"
         lines.append(
             f"| `{name}` | {MEMBERS[name]} | {r['params']:,} | {statistics.fmean(accuracy):.4f} ± {spread:.4f} "
-            f"| {mean_of('epoch_seconds', 1)} | {r['throughput_ratio']:.2f}x "
+            f"| {mean_of('epoch_seconds', 1)} | {ratio} "
             f"| {mean_of('redundancy')} ({mean_of('redundancy_init')}) "
             f"| {mean_of('entropy')} ({mean_of('entropy_init')}) "
             f"| {compression} | {slopes} | {counts} | {mean_of('sparsity')} ({mean_of('sparsity_init')}) |"

@@ -108,3 +108,25 @@ def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp
         member = result["model"]
         assert f"{job.name}/{member}.cifar10_gpu.safetensors" in names
         assert f"{job.name}/run/checkpoints/last.ckpt" in names and f"{job.name}/job.log" in names
+
+
+def test_the_queue_table_shows_what_a_finished_job_measured(tmp_path: Path) -> None:
+    record = {
+        "environment": {"device": "NVIDIA H100"},
+        "date": "2026-11-27T10:00:00",
+        "exit_status": 0,
+        "result": {
+            "export": {"val_acc": 0.8611},
+            "epochs_run": 500,
+            "epoch_s": 0.74,
+            "loop_vs_bare_gpu": 0.81,
+            "time_to_val_acc": {"0.70": {"seconds": 41.6, "epoch": 30, "val_acc": 0.7012}, "0.90": None},
+        },
+    }
+    (tmp_path / "finished.json").write_text(json.dumps(record))
+    table = gpu_queue.queue_table([_job("finished", 400, "abc1234"), _job("waiting", 300)], tmp_path)
+    finished, waiting = table.splitlines()[2:]
+    assert "done (abc1234)" in finished and "NVIDIA H100, 2026-11-27" in finished
+    assert "val 0.8611 (exported file)" in finished and "500 epochs, 0.74 s each" in finished
+    assert "loop 0.81 of the bare step" in finished and "val 0.70 at 42 s" in finished and "0.90" not in finished
+    assert waiting.endswith("| pending | - |")

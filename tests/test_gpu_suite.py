@@ -32,6 +32,16 @@ def test_the_gpu_suite_s_dry_run_reports_every_step(tmp_path: Path) -> None:
     assert report["val_acc_last"] == report["epochs"][-1]["val_acc"]
     assert report["val_acc_best"] == max(e["val_acc"] for e in report["epochs"])
     assert 0 < report["val_s"] < report["epoch_s"]  # the validation pass is a part of the epoch
+    for threshold, hit in report["time_to_val_acc"].items():  # the first validation at or above it, or null
+        reaching = [e for e in report["epochs"] if e["val_acc"] >= float(threshold)]
+        expected = reaching[0] if reaching else None
+        assert hit == (
+            expected
+            and {"seconds": expected["elapsed_s"], "epoch": expected["epoch"] + 1, "val_acc": expected["val_acc"]}
+        )
+    assert sorted(report["time_to_val_acc"]) == ["0.70", "0.80", "0.85", "0.90"]
+    elapsed = [e["elapsed_s"] for e in report["epochs"]]
+    assert elapsed == sorted(elapsed) and elapsed[-1] >= sum(e["epoch_s"] for e in report["epochs"][:-1])
     assert report["train_epoch_s"] == pytest.approx(report["epoch_s"] - report["val_s"], abs=1e-3)
     assert report["loop_vs_bare_gpu_train"] == pytest.approx(
         report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["train_epoch_s"], abs=1e-3
