@@ -21,11 +21,11 @@ listed as not run.
 
 After each run, on the CPU of this process, the table's measurements (``zoo_table.measure``: head statistics,
 ΔR^c across the attention steps with their controls, sparsity) of its final weights (``last.ckpt`` through the
-one checkpoint reader) and of its initialisation (the same seed and config built here: the weights the run
-started from), on 256 validation images. The recipe keeps no moving average, so the final weights are the
-ones validation measured; they are kept as ``OUT/runs/<member>.seed<k>.safetensors`` (float16) beside each run's
-log, and the checkpoint is removed. Results: ``OUT/zoo_table_cifar10_gpu.json`` (and ``result.json`` for the
-queue).
+one checkpoint reader, ``crate.run.build_model``) and of its initialisation (the same seed and config built here:
+the weights the run started from), on 256 validation images. The recipe keeps no moving average, so the final
+weights are the ones validation measured; they are kept as ``OUT/runs/<member>.seed<k>.safetensors`` (float16)
+beside each run's log, and the checkpoint is removed. Results: ``OUT/zoo_table_cifar10_gpu.json`` (and
+``result.json`` for the queue).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from safetensors.torch import save_file
 from zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread_line, table
 
 from crate.data.sampling import sample_order
-from crate.interpret.loading import load_model
 from crate.lit import cli_main
 from crate.lit.factory import create_classifier
+from crate.run import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 150
@@ -125,7 +125,7 @@ def finish(run: dict[str, Any]) -> dict[str, Any]:
     accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
     timed = [e["epoch_s"] for e in epochs[2:] if "epoch_s" in e] or [e["epoch_s"] for e in epochs if "epoch_s" in e]
     initial, images = start_weights_and_images(run["args"])
-    trained = load_model(run["name"], last)
+    trained = build_model(run["name"], last)[0].eval()
     row.update(accuracy=accuracies[-1], best_accuracy=max(accuracies), epochs_run=len(accuracies))
     row.update(epoch_seconds=statistics.median(timed), seconds=run["seconds"])
     row.update(measure(trained, images))

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from crate.interpret.loading import load_model
+from crate.run import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = ["crate_nano_patch4_32", "vit_nano_patch4_32"]
@@ -52,7 +52,7 @@ def test_runs_share_the_device_after_the_first_alone_and_the_windows_merge_into_
             for key in ("redundancy", "rc_change", "rc_change_shared_null", "rc_before"):
                 assert isinstance(run[key], float) and isinstance(run[f"{key}_init"], float)
             assert run["rc_before"] != run["rc_before_init"]  # two optimizer steps moved the weights
-            kept = load_model(name, out / "runs" / run["weights"])  # what comes back, through the one reader
+            kept = build_model(name, out / "runs" / run["weights"])[0]  # what comes back, through the one reader
             assert kept.num_classes == 2 and next(kept.parameters()).dtype == torch.float32
             assert not list((out / "runs").glob("**/*.ckpt"))
     first = {run["seed"]: run for run in summary["results"][MEMBERS[0]]["runs"]}
