@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchvision.transforms.v2.functional as TF
 from PIL import Image
 from timm.data import create_transform
 from timm.data.transforms import RandomResizedCropAndInterpolation
+from torchvision.transforms import InterpolationMode
 
 from crate.data import DeviceImageTransform, crop_box, decode_batch
 from crate.data.device_decode import collate_encoded, device_decodable, jpeg_frame
@@ -94,6 +96,67 @@ def test_an_image_s_augmentation_depends_on_its_own_seed_alone() -> None:
     assert not torch.equal(together[0], augment.train([images[0]], [12])[0])  # another seed, another crop
 
 
+def test_the_device_policy_is_torchvision_s_trivial_augment_on_each_crop_by_the_documented_draws() -> None:
+    """decode "device" with policy "trivial": each image is its own crop and flip (random.Random(seed)), then the
+    TrivialAugmentWide operation and magnitude that the seed's documented draws pick, as torchvision applies it
+    to that crop alone, normalised."""
+    from test_batch_augmentation import _choice, _hash
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    from crate.data.batch_augmentation import POLICY_OPS, normalize
+
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    fill = [round(255 * m) for m in mean]
+    shapes = [(40 + 7 * (i % 5), 36 + 11 * (i % 3)) for i in range(40)]
+    images = [torch.from_numpy(_photo(h, w, seed=i)).permute(2, 0, 1).contiguous() for i, (h, w) in enumerate(shapes)]
+    seeds = [5_000 + 13 * i for i in range(len(images))]
+    augment = DeviceImageTransform(size=24, mean=mean, std=std, scale=(0.3, 1.0), policy="trivial")
+    out = augment.train(images, seeds)
+    reference = v2.TrivialAugmentWide(num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=fill)
+    names = dict(zip(POLICY_OPS, reference._AUGMENTATION_SPACE, strict=True))
+    changed = 0
+    for image, seed, augmented in zip(images, seeds, out, strict=True):
+        rng = random.Random(seed)
+        top, left, height, width = crop_box(image.shape[-2], image.shape[-1], (0.3, 1.0), (3 / 4, 4 / 3), rng)
+        crop = TF.resized_crop(image, top, left, height, width, [24, 24], InterpolationMode.BILINEAR, antialias=True)
+        crop = crop.flip(-1) if rng.random() < 0.5 else crop
+        op, magnitude = _choice([_hash(seed, draw) for draw in range(6)])
+        if op == "solarize":  # torchvision's solarize threshold is a fraction of the full scale
+            magnitude /= 255.0
+        expected = reference._apply_image_or_video_transform(
+            tv_tensors.Image(crop), names[op], magnitude, InterpolationMode.NEAREST, {tv_tensors.Image: fill}
+        ).as_subclass(torch.Tensor)
+        assert torch.equal(augmented, normalize(expected[None], mean, std)[0]), (seed, op, magnitude)
+        changed += not torch.equal(expected, crop)
+    assert changed >= len(images) // 2  # the policy did something to most crops
+    plain = DeviceImageTransform(size=24, mean=mean, std=std, scale=(0.3, 1.0)).train(images, seeds)
+    assert not torch.equal(plain, out)
+
+
+def test_the_policy_setting_is_one_policy_on_either_path() -> None:
+    from torchvision.transforms import TrivialAugmentWide
+
+    from crate.lit.data.augmentation import check_device_augmentation, train_transform
+
+    assert Augmentation(policy="none").policy is None
+    with pytest.raises(ValueError, match="policy must be 'trivial' or null"):
+        Augmentation(policy="randaugment")
+    with pytest.raises(ValueError, match="two policies: set one"):
+        Augmentation(policy="trivial", auto_augment="rand-m9-mstd0.5")
+    check_device_augmentation(Augmentation(policy="trivial"), 224)  # applied on the device: not refused
+    with pytest.raises(ValueError, match="for auto_augment: --data.augmentation.policy trivial"):
+        check_device_augmentation(Augmentation(auto_augment="rand-m9-mstd0.5"), 224)
+    mean = (0.5, 0.4, 0.3)
+    steps = train_transform(Augmentation(policy="trivial"), 32, mean, (0.2, 0.2, 0.2)).transforms
+    policies = [step for step in steps if isinstance(step, TrivialAugmentWide)]
+    assert len(policies) == 1 and policies[0].fill == [128, 102, 76]  # the mean colour, as on the device
+    names = [type(step).__name__ for step in steps]
+    assert names.index("TrivialAugmentWide") > names.index("RandomHorizontalFlip")  # after the crop and flip
+    tensor = train_transform(Augmentation(policy="trivial"), 32, mean, (0.2, 0.2, 0.2))(Image.fromarray(_photo(40, 50)))
+    assert tensor.shape == (3, 32, 32)
+
+
 def _folder(root: Path) -> Path:
     """A folder with every kind of file the path meets: sequential, progressive, gray and CMYK JPEGs, a PNG."""
     kinds = {
@@ -134,8 +197,11 @@ def test_a_folder_of_mixed_files_trains_and_validates_on_the_device_path(tmp_pat
     assert ((images - reference) * std).abs().mean() * 255 <= 2.0  # grey levels: decoders and resampling
     assert torch.equal(torch.cat([batch[1] for batch in val]), torch.tensor([0] * 5 + [1] * 5))
     epochs = []
-    for batch_size in (3, 4):  # the same images, in the same order, whatever the batch size
-        data = ImageFolderDataModule(str(root), batch_size=batch_size, decode="device", seed=5, **settings)
+    policy = Augmentation(policy="trivial", re_prob=0.25)
+    for batch_size in (3, 4):  # the same images, in the same order, whatever the batch size (policy included)
+        data = ImageFolderDataModule(
+            str(root), batch_size=batch_size, decode="device", seed=5, augmentation=policy, **settings
+        )
         data.setup("fit")
         epochs.append(torch.cat([batch[0] for batch in _device_batches(data, data.train_dataloader())]))
     assert epochs[0].shape == (10, 3, 32, 32) and torch.equal(epochs[0], epochs[1])

@@ -41,6 +41,9 @@ def test_colour_photos_keep_the_photo_recipe_at_32_pixels() -> None:
     assert (recipe.img_size, recipe.batch_size, recipe.max_epochs) == (32, 128, 20)  # 17.8 epochs, rounded to 5
     assert recipe.augmentation == Augmentation()  # the photo recipe: 60-100% crops below 128 px, flips
     assert "random-resized crops of 60%-100%, horizontal flips" in recipe.describe(32, 128, 20, Augmentation(), None)
+    assert "60%-100%, the trivial policy, horizontal" in recipe.describe(
+        32, 128, 20, Augmentation(policy="trivial"), None
+    )
     small_colour = choose_recipe(_survey(1000, 32, 3))
     assert small_colour.img_size == 32 and small_colour.augmentation.hflip == 0.5 and small_colour.max_epochs == 100
 

@@ -15,8 +15,10 @@ grayscale and CMYK JPEGs, PNGs and every other format are decoded in the worker 
 image's augmentation does not depend on the batch size, the resume point or the number of processes, as in the
 stored path): timm's random-resized crop box (:func:`crop_box`: ``RandomResizedCropAndInterpolation``'s
 algorithm, ten tries then a central crop), the crop resized to the output side (antialiased, the model's
-interpolation), a horizontal flip with probability ``hflip``; then the batch is normalised and, where
-``re_prob`` > 0, randomly erased (:meth:`crate.data.BatchAugmentation.erase`).
+interpolation), a horizontal flip with probability ``hflip``; then the whole batch goes through
+:class:`crate.data.BatchAugmentation` without its crop and flip: the TrivialAugment-style policy where
+``policy`` is ``"trivial"``, the normalisation, and random erasing where ``re_prob`` > 0, each from the image's
+own counter-based draws (a separate stream from the crop's).
 
 **Evaluation**: timm's evaluation transform, the shorter side resized to ``floor(size / crop_pct)`` and the
 centre cropped to ``size``, then normalised.
@@ -38,7 +40,7 @@ from torch.utils.data import Dataset
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import InterpolationMode
 
-from .batch_augmentation import BatchAugmentation, normalize, sample_bits
+from .batch_augmentation import BatchAugmentation, normalize
 
 __all__ = [
     "DeviceImageTransform",
@@ -199,6 +201,8 @@ class DeviceImageTransform:
         ratio: the random-resized crop's range of aspect ratios.
         hflip: probability of a horizontal flip.
         re_prob: probability of random erasing (timm's settings, as :class:`BatchAugmentation` draws it).
+        policy: ``"trivial"``: :class:`BatchAugmentation`'s TrivialAugment-style policy after the crop and flip,
+            each image by its own seed; ``None``: none.
         interpolation: ``bilinear`` or ``bicubic`` (the model's pretrained cfg), antialiased.
         crop_pct: the evaluation's centre crop share (timm's ``crop_pct``).
     """
@@ -210,6 +214,7 @@ class DeviceImageTransform:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     hflip: float = 0.5
     re_prob: float = 0.0
+    policy: str | None = None
     interpolation: str = "bilinear"
     crop_pct: float = 0.875
 
@@ -227,20 +232,19 @@ class DeviceImageTransform:
         top, left, height, width = box
         return TF.resized_crop(image, top, left, height, width, [self.size, self.size], self._mode, antialias=True)
 
-    def train(self, images: Sequence[torch.Tensor], seeds: Sequence[int]) -> torch.Tensor:
-        """A normalised float32 batch ``(B, C, size, size)`` of uint8 images, each augmented by its own seed."""
+    def train(self, images: Sequence[torch.Tensor], seeds: Sequence[int], epoch: int = 0) -> torch.Tensor:
+        """A normalised float32 batch ``(B, C, size, size)`` of uint8 images, each augmented by its own seed
+        (the crop box and flip from ``random.Random(seed)``; the policy and erasing from the seed's counter-based
+        draws, :mod:`crate.data.batch_augmentation`)."""
         out = []
         for image, seed in zip(images, seeds, strict=True):
             rng = random.Random(int(seed))
             box = crop_box(image.shape[-2], image.shape[-1], self.scale, self.ratio, rng)
             crop = self._resized_crop(image, box)
             out.append(crop.flip(-1) if rng.random() < self.hflip else crop)
-        batch = normalize(torch.stack(out), self.mean, self.std)
-        if self.re_prob:
-            seeds_t = torch.as_tensor([int(s) for s in seeds], dtype=torch.int64, device=batch.device)
-            uniforms = sample_bits(seeds_t).double() * (1.0 / 2**32)
-            batch = BatchAugmentation(padding=0, hflip=0.0, re_prob=self.re_prob).erase(batch, uniforms)
-        return batch
+        rest = BatchAugmentation(padding=0, hflip=0.0, policy=self.policy, re_prob=self.re_prob)
+        seeds_t = torch.as_tensor([int(s) for s in seeds], dtype=torch.int64)
+        return rest(torch.stack(out), seeds_t, self.mean, self.std, epoch=epoch)
 
     def evaluate(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
         """timm's evaluation transform of each image (shorter side to ``floor(size / crop_pct)``, centre crop),

@@ -55,6 +55,11 @@ class Augmentation:
         auto_augment: timm's policy string, e.g. ``rand-m9-mstd0.5`` (RandAugment, magnitude 9) or
             ``rand-m5-n2-tweights`` (RandAugment drawing mostly geometric operations).
         re_prob: probability of random erasing (after normalisation).
+        policy: ``"trivial"``: the TrivialAugment-style policy after the crop and flip, torchvision's
+            ``TrivialAugmentWide`` operations and magnitudes filled with the mean colour: in the workers
+            torchvision's transform itself, with ``decode: device`` :class:`crate.data.BatchAugmentation`'s
+            batched version of it on the device, each image by its own seed. Not together with
+            ``auto_augment``. ``None``: no policy.
     """
 
     scale: tuple[float, float] | None = None
@@ -68,6 +73,7 @@ class Augmentation:
     color_jitter: float | None = None
     auto_augment: str | None = None
     re_prob: float = 0.0
+    policy: str | None = None
 
     def __post_init__(self) -> None:
         if self.scale is not None:
@@ -101,6 +107,15 @@ class Augmentation:
                     f"unknown auto_augment policy {self.auto_augment!r} ({str(err) or 'timm cannot parse it'}): use "
                     "timm's strings, e.g. rand-m9-mstd0.5"
                 ) from err
+
+        if self.policy in ("", "none", "None", "null"):
+            object.__setattr__(self, "policy", None)
+        if self.policy not in (None, "trivial"):
+            raise ValueError(f"policy must be 'trivial' or null, got {self.policy!r}")
+        if self.policy is not None and self.auto_augment is not None:
+            raise ValueError(
+                f"policy {self.policy!r} and auto_augment {self.auto_augment!r} are two policies: set one of them"
+            )
 
     def scale_for(self, img_size: int) -> tuple[float, float]:
         """The crop's area range at this image size."""
@@ -164,12 +179,15 @@ def train_transform(
                 fill=pixel_fill,
             )
         )
+    if augmentation.policy == "trivial":
+        steps.append(transforms.TrivialAugmentWide(fill=list(pixel_fill)))
     return transforms.Compose(steps + list(secondary.transforms) + list(final.transforms))
 
 
 def check_device_augmentation(augmentation: Augmentation, img_size: int) -> None:
     """Refuse settings the device path (``decode: device``) does not apply: it crops (``scale``, ``ratio``),
-    flips horizontally and erases (``re_prob``); colour jitter left at its default is not applied there."""
+    flips horizontally, applies the batch policy (``policy``) and erases (``re_prob``); colour jitter left at its
+    default is not applied there."""
     unsupported = {
         "padding": augmentation.padding,
         "vflip": augmentation.vflip,
@@ -182,8 +200,9 @@ def check_device_augmentation(augmentation: Augmentation, img_size: int) -> None
     given = [name for name, value in unsupported.items() if value]
     if given:
         raise ValueError(
-            f"decode 'device' crops (scale, ratio), flips (hflip) and erases (re_prob) on the device; it does not "
-            f"apply {', '.join(given)}: leave them unset, or decode on the CPU (--data.decode cpu)"
+            f"decode 'device' crops (scale, ratio), flips (hflip), applies the batch policy (policy: trivial) and "
+            f"erases (re_prob) on the device; it does not apply {', '.join(given)}: leave them unset (for "
+            "auto_augment: --data.augmentation.policy trivial), or decode on the CPU (--data.decode cpu)"
         )
 
 
@@ -199,6 +218,7 @@ def device_transform(augmentation: Augmentation, img_size: int, config: dict) ->
         ratio=augmentation.ratio,
         hflip=augmentation.hflip,
         re_prob=augmentation.re_prob,
+        policy=augmentation.policy,
         interpolation=interpolation if interpolation in ("bilinear", "bicubic") else "bilinear",
         crop_pct=config.get("crop_pct", 0.875),
     )

@@ -332,5 +332,6 @@ class ImageFolderDataModule(ImageDataModule):
         except ValueError as err:
             raise DataError(str(err)) from err
         if "seeds" in batch:
-            return [self.device_transform.train(images, batch["seeds"].tolist()), batch["labels"]]
+            epoch = trainer.current_epoch if trainer is not None else 0
+            return [self.device_transform.train(images, batch["seeds"].tolist(), epoch), batch["labels"]]
         return [self.device_transform.evaluate(images), batch["labels"]]

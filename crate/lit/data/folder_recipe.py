@@ -112,6 +112,8 @@ class FolderRecipe:
         else:
             low, high = augmentation.scale or ((0.6, 1.0) if img_size < SMALL_IMAGE else (0.08, 1.0))
             augment = f"random-resized crops of {low:.0%}-{high:.0%}"
+        if augmentation.policy:
+            augment += f", the {augmentation.policy} policy"
         if augmentation.hflip:
             augment += ", horizontal flips"
         elif augmentation.padding and survey.channels == 1 and self.augmentation.hflip == 0:  # the glyph choice
