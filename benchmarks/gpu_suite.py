@@ -135,7 +135,7 @@ _LOGGED = {
 TIME_TO_ACCURACY = (0.70, 0.80, 0.85, 0.90)  # the val accuracies whose first time a run reports
 
 
-def _epochs(metrics_csv: Path) -> list[dict[str, float]]:
+def logged_epochs(metrics_csv: Path) -> list[dict[str, float]]:
     """Per epoch: its time (time/epoch_s, validation included), its validation's time (time/val_s), the fit's
     wall time at its validation (time/elapsed_s), val and train accuracy, from the run's CSV log."""
     by_epoch: dict[int, dict[str, float]] = {}
@@ -148,6 +148,13 @@ def _epochs(metrics_csv: Path) -> list[dict[str, float]]:
                 if row.get(key):
                     entry[name] = float(row[key])
     return [dict(epoch=epoch, **values) for epoch, values in sorted(by_epoch.items())]
+
+
+def median_after_compilation(epochs: list[dict[str, float]], key: str) -> float | None:
+    """The median (the upper one for an even count) of ``key`` over the epochs after the first two, which
+    compile; over every epoch when the run had no more; None where no epoch logged it."""
+    timed = [e[key] for e in epochs[2:] if key in e] or [e[key] for e in epochs if key in e]
+    return round(sorted(timed)[len(timed) // 2], 3) if timed else None
 
 
 def main() -> None:
@@ -209,12 +216,12 @@ def main() -> None:
         result["train"]["log_tail"] = (out / "train.log").read_text()[-3000:]
     if runs:
         run = runs[-1]
-        epochs = _epochs(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
+        epochs = logged_epochs(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
         result["epochs"] = epochs
         for key in ("epoch_s", "val_s"):
-            timed = [e[key] for e in epochs[2:] if key in e] or [e[key] for e in epochs if key in e]
-            if timed:
-                result[key] = round(sorted(timed)[len(timed) // 2], 3)
+            typical = median_after_compilation(epochs, key)
+            if typical is not None:
+                result[key] = typical
         accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
         if accuracies:
             result.update(val_acc_last=accuracies[-1], val_acc_best=max(accuracies), epochs_run=len(accuracies))

@@ -31,10 +31,8 @@ beside each run's log, and the checkpoint is removed. Results: ``OUT/zoo_table_c
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_suite import environment, logged_epochs, median_after_compilation
 from safetensors.torch import save_file
 from zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread_line, table
 
@@ -88,19 +87,6 @@ def _max_time(seconds: float) -> str:
     return f"00:{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def epochs_of(run: Path) -> list[dict[str, float]]:
-    """(epoch, val/acc, time/epoch_s) per epoch from a run's metrics.csv."""
-    by_epoch: dict[int, dict[str, float]] = {}
-    with (run / "metrics.csv").open() as handle:
-        for row in csv.DictReader(handle):
-            if row.get("epoch"):
-                entry = by_epoch.setdefault(int(float(row["epoch"])), {})
-                for key, name in (("val/acc", "val_acc"), ("time/epoch_s", "epoch_s")):
-                    if row.get(key):
-                        entry[name] = float(row[key])
-    return [dict(epoch=epoch, **values) for epoch, values in sorted(by_epoch.items())]
-
-
 def start_weights_and_images(args: list[str]) -> tuple[torch.nn.Module, torch.Tensor]:
     """The initialisation a run started from (its config and seed built here, on the CPU, nothing trained) and
     the probe images: :data:`PROBE_IMAGES` of the validation split in the seeded mixed order."""
@@ -121,13 +107,12 @@ def finish(run: dict[str, Any]) -> dict[str, Any]:
     last = versions[-1] / "checkpoints" / "last.ckpt" if versions else None
     if last is None or not last.is_file():
         return dict(row, error=f"no last.ckpt (exit status {run['status']}; log {run['log']})")
-    epochs = epochs_of(versions[-1])
+    epochs = logged_epochs(versions[-1] / "metrics.csv")
     accuracies = [e["val_acc"] for e in epochs if "val_acc" in e]
-    timed = [e["epoch_s"] for e in epochs[2:] if "epoch_s" in e] or [e["epoch_s"] for e in epochs if "epoch_s" in e]
     initial, images = start_weights_and_images(run["args"])
     trained = build_model(run["name"], last)[0].eval()
     row.update(accuracy=accuracies[-1], best_accuracy=max(accuracies), epochs_run=len(accuracies))
-    row.update(epoch_seconds=statistics.median(timed), seconds=run["seconds"])
+    row.update(epoch_seconds=median_after_compilation(epochs, "epoch_s"), seconds=run["seconds"])
     row.update(measure(trained, images))
     row.update({f"{key}_init": value for key, value in measure(initial, images).items()})
     # the final weights in float16 (a few hundred KB, what the window sends back); the checkpoint with its
@@ -300,8 +285,6 @@ def main() -> None:
         sys.exit("zoo_table_gpu.py: no CUDA device here; run it on a GPU machine, or with --dry-run on a CPU")
     if options.parallel < 1:
         parser.error(f"--parallel must be at least 1, got {options.parallel}")
-    from gpu_suite import environment
-
     out = Path(options.out)
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)

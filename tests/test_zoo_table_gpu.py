@@ -3,6 +3,7 @@ measured beside its initialisation, the sharing gain from the same model's two r
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -49,6 +50,11 @@ def test_runs_share_the_device_after_the_first_alone_and_the_windows_merge_into_
         for run in runs:
             assert run["exit_status"] == 0 and run["epochs_run"] == 2 and 0 <= run["accuracy"] <= 1
             assert run["best_accuracy"] >= run["accuracy"] and run["epoch_seconds"] > 0
+            (log,) = (out / "runs" / f"{name}.seed{run['seed']}").glob("*/version_*/metrics.csv")
+            rows = list(csv.DictReader(log.open()))
+            assert run["accuracy"] == float([r["val/acc"] for r in rows if r["val/acc"]][-1])
+            epoch_s = sorted(float(r["time/epoch_s"]) for r in rows if r["time/epoch_s"])  # 2 epochs: both count
+            assert len(epoch_s) == 2 and run["epoch_seconds"] == round(epoch_s[1], 3)  # the upper median
             for key in ("redundancy", "rc_change", "rc_change_shared_null", "rc_before"):
                 assert isinstance(run[key], float) and isinstance(run[f"{key}_init"], float)
             assert run["rc_before"] != run["rc_before_init"]  # two optimizer steps moved the weights
