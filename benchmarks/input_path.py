@@ -16,6 +16,8 @@ In one run:
    first batch, the batches moved to the device.
 3. **The device path**: the same DataModule with decode ``device``: workers read bytes, each batch is decoded
    and transformed on the device (:mod:`crate.data.device_decode`): images/s, the device synchronised.
+   Beside it, each of its stages alone (``device_stages``): the workers reading bytes, the decode of one
+   resident batch, and the training transform of that batch decoded; the slowest bounds the path.
 4. **The bare training step** of each ``--models`` model on one resident batch (bf16 autocast and
    ``torch.compile`` on a GPU, fp32 eager on a CPU; AdamW): ms and images/s.
 5. **Fed**: the same step fed by each path (next batch, its transform, the step), images/s, and fed/resident,
@@ -28,6 +30,7 @@ GPU machine; the file records them with the machine's description.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import platform
@@ -145,6 +148,54 @@ def loader_rate(data: Any, device: torch.device, batches: int) -> float:
     return seen / (time.perf_counter() - start)
 
 
+def device_stages(data: Any, device: torch.device, batches: int) -> dict[str, float]:
+    """Images/s of each stage of the device path on its own, to say which one bounds it: the workers reading
+    bytes (the batches iterated, nothing decoded), the decode of one resident batch of payloads
+    (:func:`crate.data.decode_batch`, repeated ``batches`` times), and the training transform of that batch once
+    decoded (:meth:`crate.data.DeviceImageTransform.train`, repeated), the device synchronised after each
+    stage's timing; and the transform's host time per image (``transform_host_us_per_image``, on 16-pixel
+    images, where the arithmetic is negligible): at 8,000 images/s the main process has 125 us an image."""
+    from crate.data import decode_batch
+
+    loader = iter(data.train_dataloader())
+    first = next(loader)
+    start, seen = time.perf_counter(), 0
+    for _ in range(batches):
+        try:
+            seen += len(next(loader)["paths"])
+        except StopIteration:
+            loader = iter(data.train_dataloader())
+            seen += len(next(loader)["paths"])
+    rates = {"bytes_images_s": seen / (time.perf_counter() - start)}
+    payloads, paths, seeds = first["payloads"], first["paths"], first["seeds"].tolist()
+    images = decode_batch(payloads, paths, device)  # warm-up: the decoder's first call
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(batches):
+        images = decode_batch(payloads, paths, device)
+    _sync(device)
+    rates["decode_images_s"] = batches * len(payloads) / (time.perf_counter() - start)
+    data.device_transform.train(images, seeds)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(batches):
+        data.device_transform.train(images, seeds)
+    _sync(device)
+    rates["transform_images_s"] = batches * len(payloads) / (time.perf_counter() - start)
+    # The same transform on 16x16 images to 8x8: the arithmetic is negligible, what is left is the host's
+    # dispatch per image (crop draws, per-image resize and flip calls), which no device can overlap.
+    tiny_transform = dataclasses.replace(data.device_transform, size=8)
+    tiny = [torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8, device=device) for _ in payloads]
+    tiny_transform.train(tiny, seeds)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(batches):
+        tiny_transform.train(tiny, seeds)
+    _sync(device)
+    rates["transform_host_us_per_image"] = 1e6 * (time.perf_counter() - start) / (batches * len(payloads))
+    return {key: round(value, 1) for key, value in rates.items()}
+
+
 def training_step(model_name: str, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """One optimiser step of ``model_name`` (compiled and bf16 on a GPU) as a function of a batch."""
     import timm
@@ -236,6 +287,8 @@ def main() -> None:
         module.setup("fit")
         result[f"loader_{path}_images_s"] = round(loader_rate(module, device, args.batches), 1)
         print(f"{path} path: {result[f'loader_{path}_images_s']} images/s", flush=True)
+    result["device_stages"] = device_stages(data["device"], device, args.batches)
+    print(f"device path by stage: {result['device_stages']} images/s", flush=True)
     result["steps"] = {}
     for model_name in args.models.split(","):
         step = training_step(model_name, device)

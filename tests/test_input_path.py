@@ -52,6 +52,13 @@ def test_the_queue_s_input_path_job_runs_as_written(tmp_path: Path) -> None:
     assert record["environment"]["device"] and record["result"]["folder"]["images"] == 8
     result = record["result"]
     assert result["loader_cpu_images_s"] > 0 and result["loader_device_images_s"] > 0
+    assert set(result["device_stages"]) == {
+        "bytes_images_s",
+        "decode_images_s",
+        "transform_images_s",
+        "transform_host_us_per_image",
+    }
+    assert all(rate > 0 for rate in result["device_stages"].values())
     step = result["steps"]["crate_tiny_patch16_224"]
     for path in ("cpu", "device"):
         assert step[f"fed_{path}_vs_resident"] == pytest.approx(
