@@ -151,6 +151,17 @@ def test_checkpoint_with_other_classes_is_refused_with_what_to_do(tmp_path: Path
     assert "--model.pretrained_file" in proc.stderr
 
 
+def test_validating_at_another_image_size_is_refused_before_the_run_s_folder_is_touched(uninterrupted: Path) -> None:
+    """A checkpoint whose tensors do not fit the model the config builds (here its position embedding: another
+    image size) is refused before the evaluation writes its config and logs into the checkpoint's run folder."""
+    run_folder = uninterrupted.parent.parent
+    before = {path: path.stat().st_mtime_ns for path in run_folder.rglob("*")}
+    proc = run_in_process("validate", "--config", DEFAULT, "--ckpt_path", str(uninterrupted), "--data.img_size", "32")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "does not fit this run's model" in proc.stderr and "img_size=16" in proc.stderr
+    assert {path: path.stat().st_mtime_ns for path in run_folder.rglob("*")} == before  # nothing new, nothing changed
+
+
 def test_missing_checkpoint_and_missing_dataset_get_clear_errors(tmp_path: Path) -> None:
     proc = run_in_process(
         "fit", "--config", DEFAULT, "--log_root", str(tmp_path), "--ckpt_path", str(tmp_path / "x.ckpt")

@@ -250,6 +250,12 @@ class CrateCLI(LightningCLI):
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":
                 self.datamodule.require_split(self.datamodule.predict_split)
+        refuse_misfit = getattr(self.model, "refuse_misfit", None)
+        if self.held_checkpoint is not None and self.held_checkpoint.source == "lightning" and refuse_misfit:
+            # before the trainer writes into the run's folder (its config, loggers): a checkpoint of other classes
+            # or another image size is refused here, not when Lightning restores it after the run has started
+            held = self.held_checkpoint
+            refuse_misfit({f"model.{k}": v for k, v in held.state_dict.items()}, held.hparams)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={})

@@ -11,6 +11,7 @@ what validation measures and what checkpoints give to timm and ``crate.export`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -254,14 +255,19 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""
+        self.refuse_misfit(checkpoint.get("state_dict", {}), checkpoint.get("hyper_parameters", {}))
+
+    def refuse_misfit(self, state_dict: Mapping[str, torch.Tensor], saved: Mapping[str, Any]) -> None:
+        """Raise :class:`CheckpointError` where a tensor of ``state_dict`` (this module's key names) has another
+        shape here; ``saved``: the checkpoint's hyper-parameters, to say how it was trained. The CLI calls it
+        before a run writes anything, Lightning again when it restores the checkpoint."""
         own = self.state_dict()
         wrong = [
             f"{k}: checkpoint {tuple(v.shape)}, this run {tuple(own[k].shape)}"
-            for k, v in checkpoint.get("state_dict", {}).items()
+            for k, v in state_dict.items()
             if k in own and tuple(v.shape) != tuple(own[k].shape)
         ]
         if wrong:
-            saved = checkpoint.get("hyper_parameters", {})
             raise CheckpointError(
                 f"the checkpoint does not fit this run's model ({'; '.join(wrong[:3])}). It was trained with "
                 f"model_name={saved.get('model_name')!r}, num_classes={saved.get('num_classes')}, "
