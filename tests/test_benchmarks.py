@@ -208,7 +208,9 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
 def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path) -> None:
     from test_tensor_store import write_folder
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=3, suffix=".png")
+    from crate.models.shipped import CIFAR10_CLASSES
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=3, suffix=".png", names=CIFAR10_CLASSES)
     out = tmp_path / "zoo_cifar.md"
     args = ["--dataset", "cifar10", "--root", str(tmp_path / "images"), "--epochs", "1", "--seeds", "0"]
     args += ["--members", "vit_nano_patch4_32", "crate_nano_patch4_32_mlp", "--repeats", "1", "--out", str(out)]
@@ -340,7 +342,9 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     import controls_table
     from test_tensor_store import write_folder
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    from crate.models.shipped import CIFAR10_CLASSES
+
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
     out = tmp_path / "controls.md"
     argv = ["controls_table.py", "--tags", "crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"]
     argv += ["--images", "8", "--out", str(out), "--data.root", str(tmp_path / "images")]

@@ -286,8 +286,9 @@ def test_cifar10_recipes_build_their_model_on_the_store_path(config: Path, tmp_p
     from test_tensor_store import write_folder
 
     from crate.lit import MaskedAutoencoder, StoredImageFolderDataModule, cli_main
+    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
     pretraining = config.stem.endswith("_pretrain")
     layers = ["--config", str(config)] if pretraining else ["--config", str(CIFAR10), "--config", str(config)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
@@ -310,8 +311,9 @@ def test_the_gpu_layer_turns_a_cifar10_recipe_into_the_one_gpu_recipe(member: st
     from test_tensor_store import write_folder
 
     from crate.lit import cli_main
+    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
     recipe = REPO / "configs" / "cifar10" / f"{member}.yaml"
     layers = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]

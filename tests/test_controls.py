@@ -253,8 +253,9 @@ def test_the_random_init_control_is_the_shipped_run_s_own_starting_weights(tmp_p
     from crate.interpret.controls import INIT_SEEDS, initialised
     from crate.interpret.loading import load_run
     from crate.lit import cli_main
+    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png")
+    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
     recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
     recipe += ["--config", str(REPO / "configs" / "cifar10" / "crate_nano_patch4_32.yaml")]
     cli = cli_main([*recipe, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")], run=False)

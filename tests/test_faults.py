@@ -253,3 +253,51 @@ def test_a_resume_onto_another_folder_is_refused_and_leaves_the_run_untouched(tm
 
 def read_epoch(ckpt: Path) -> int:
     return int(torch.load(ckpt, map_location="cpu", weights_only=True)["epoch"])
+
+
+def test_evaluating_on_other_classes_is_refused_and_the_same_classes_elsewhere_are_not(tmp_path: Path, capsys) -> None:
+    """``validate`` and the white-box report of a folder run, on a folder whose classes have other names (same
+    count, shape and size: every tensor fits), are refused before anything is written, instead of scoring the
+    run's labels as the other classes; the same classes in another folder are evaluated."""
+    import shutil
+
+    from test_data import _write_image_folder
+
+    from crate.interpret.__main__ import main as interpret
+
+    first, renamed, moved = tmp_path / "first", tmp_path / "renamed", tmp_path / "moved"
+    _write_image_folder(first, classes=2, per_class=4)
+    shutil.copytree(first, moved)
+    shutil.copytree(first, renamed)
+    for split in ("train", "val"):
+        for index, folder in enumerate(sorted((renamed / split).iterdir())):
+            folder.rename(folder.with_name(f"kind_{'ab'[index]}"))
+    folder = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
+    common = ["--data.num_workers", "0", "--data.img_size", "32", "--data.batch_size", "4", "--log_root", str(tmp_path)]
+    common += ["--trainer.enable_progress_bar", "false", "--rate_monitor.every_n_steps", "0"]
+    _ok(run_in_process("fit", "--config", folder, "--data.root", str(first), "--trainer.max_epochs", "1", *common))
+    run = tmp_path / "crate_nano_imagefolder" / "version_0"
+    ckpt = run / "checkpoints" / "last.ckpt"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    proc = run_in_process(
+        "validate", "--config", folder, "--data.root", str(renamed), *common, "--ckpt_path", str(ckpt)
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    message = proc.stderr.strip().splitlines()
+    assert len(message) == 1 and "trained on other classes" in message[0]
+    assert "classes ['class_0', 'class_1'] -> ['kind_a', 'kind_b']" in message[0]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+    with pytest.raises(SystemExit) as exit_info:
+        interpret(["--model", "crate_nano_patch4_32", "--checkpoint", str(ckpt), "--data", folder,
+                   "--data.root", str(renamed), "--out", str(tmp_path / "report")])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "has the classes ['kind_a', 'kind_b'], but the model was trained on ['class_0', 'class_1']" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "report").exists()
+
+    proc = run_in_process("validate", "--config", folder, "--data.root", str(moved), *common, "--ckpt_path", str(ckpt))
+    _ok(proc)  # the data moved, its classes did not: evaluated
+    assert "val/acc" in proc.stdout

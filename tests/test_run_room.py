@@ -58,3 +58,27 @@ def test_a_run_s_recipe_says_unknown_without_its_config_and_reads_it_with_one(tm
     (tmp_path / "weights.pt").write_bytes(b"")
     with pytest.raises(CheckpointError):
         Run.open(tmp_path / "weights.pt")
+
+
+def test_an_accuracy_is_refused_where_the_data_s_labels_or_class_names_are_not_the_model_s() -> None:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from crate.run.held_out import check_label_names, held_out_topk
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)  # three classes
+    images = torch.randn(6, 4)
+    with pytest.raises(ValueError, match="labels up to 3 but the model has 3 classes"):
+        held_out_topk(model, TensorDataset(images, torch.tensor([0, 1, 2, 3, 0, 1])))
+    labels = torch.tensor([0, 1, 2, 2, 0, 1])
+    expected = float((model(images).argmax(-1) == labels).float().mean())  # computed here, independently
+    assert held_out_topk(model, TensorDataset(images, labels))[1] == pytest.approx(expected)
+
+    model.pretrained_cfg = {"label_names": ("cat", "dog", "bird")}
+    check_label_names(model, ["cat", "dog", "bird"], "data")  # the same names in the same order pass
+    check_label_names(model, None, "data")  # data that names no classes: nothing to compare
+    with pytest.raises(ValueError, match=r"has the classes \['bird', 'cat', 'dog'\], but the model was trained"):
+        check_label_names(model, ["bird", "cat", "dog"], "data")  # same names, other label order
+    model.pretrained_cfg = {}
+    check_label_names(model, ["a", "b", "c"], "data")  # a model without names: nothing to compare

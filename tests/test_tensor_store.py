@@ -18,12 +18,20 @@ from crate.lit.data import StoredImageFolderDataModule
 from crate.lit.data.base import DataError
 
 
-def write_folder(root: Path, size: int = 8, classes: int = 3, per_class: int = 4, suffix: str = ".jpg") -> None:
-    """A small image folder of colour images (JPEG: lossy, so PIL's decoding is what a store must equal)."""
+def write_folder(
+    root: Path,
+    size: int = 8,
+    classes: int = 3,
+    per_class: int = 4,
+    suffix: str = ".jpg",
+    names: tuple[str, ...] | None = None,
+) -> None:
+    """A small image folder of colour images (JPEG: lossy, so PIL's decoding is what a store must equal); the
+    class folders are ``names`` (a shipped tag's classes, for a stand-in of its data) or ``class_<c>``."""
     rng = np.random.default_rng(1)
     for split in ("train", "val"):
         for c in range(classes):
-            folder = root / split / f"class_{c}"
+            folder = root / split / (names[c] if names else f"class_{c}")
             folder.mkdir(parents=True, exist_ok=True)
             for i in range(per_class):
                 pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)

@@ -34,7 +34,7 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
-from .resume_check import check_resume_data
+from .resume_check import check_evaluation_data, check_resume_data
 from .run_record import PROGRAMS, module_kind
 from .run_summary import RunSummary
 from .snapshots import WeightSnapshots
@@ -246,6 +246,8 @@ class CrateCLI(LightningCLI):
             if self.subcommand == "fit" and self.held_checkpoint is not None:
                 identity = self.datamodule.data_identity()
                 check_resume_data(self.held_checkpoint, identity, self.datamodule.data_config)
+            elif self.held_checkpoint is not None:
+                check_evaluation_data(self.held_checkpoint, self.datamodule.data_identity(), str(self.subcommand))
             if self.subcommand == "test":
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":

@@ -22,6 +22,7 @@ from crate.models import CheckpointError
 
 __all__ = [
     "DIGITS",
+    "check_label_names",
     "datamodule_from_config",
     "describe_data",
     "held_out_accuracy",
@@ -155,7 +156,25 @@ def datamodule_from_config(config: dict[str, Any], model: torch.nn.Module) -> An
         datamodule.transforms_from(model)  # the evaluation transforms training used for this model
     datamodule.prepare_data()  # torchvision's CIFAR download where the config asks for it; nothing for folders
     datamodule.setup("fit")
+    check_label_names(model, getattr(datamodule, "classes", None), describe_data(config))
     return datamodule
+
+
+def check_label_names(model: torch.nn.Module, classes: Any, data: str) -> None:
+    """Refuse data whose class names (label order) are not the model's ``pretrained_cfg["label_names"]``, where
+    both are known: every accuracy on it would score one class as another."""
+    names = (getattr(model, "pretrained_cfg", None) or {}).get("label_names")
+    if names and classes is not None and tuple(map(str, names)) != tuple(map(str, classes)):
+        raise ValueError(
+            f"{data} has the classes {_names(classes)}, but the model was trained on {_names(names)}: its "
+            "accuracy there would score one class as another. Give data with the model's classes (the same class "
+            "folders; the root may differ), or fine-tune it on this data first"
+        )
+
+
+def _names(names: Any) -> str:
+    names = [str(name) for name in names]
+    return str(names) if len(names) <= 6 else f"{len(names)} classes [{', '.join(names[:3])}, ...]"
 
 
 @torch.no_grad()
@@ -169,6 +188,11 @@ def held_out_topk(
     total = 0
     for images, labels in DataLoader(dataset, batch_size=batch_size, shuffle=False):
         logits, labels = model(images), torch.as_tensor(labels)
+        if labels.numel() and int(labels.max()) >= logits.shape[-1]:
+            raise ValueError(
+                f"the data has labels up to {int(labels.max())} but the model has {logits.shape[-1]} classes: it "
+                "was trained on other classes; give data with its classes"
+            )
         ranked = logits.topk(min(max(ks), logits.shape[-1]), dim=-1).indices
         for k in ks:
             correct[k] += int((ranked[:, :k] == labels[:, None]).any(dim=-1).sum())

@@ -22,8 +22,9 @@ def build_model(
 
     ``checkpoint`` is any file ``crate.models.read_checkpoint`` reads (official CRATE, CRATE-alpha, a
     Lightning .ckpt, timm state dict or safetensors); the model is built with what the file records of the
-    run (classes, channels, image size, ``model_kwargs`` such as ``decoder_depth``). Without a file,
-    ``name`` must be a pretrained tag such as ``crate_nano_patch4_32.digits``.
+    run (classes, channels, image size, ``model_kwargs`` such as ``decoder_depth``); the class names a run
+    recorded become its ``pretrained_cfg["label_names"]``, as a shipped tag's are. Without a file, ``name`` must be
+    a pretrained tag such as ``crate_nano_patch4_32.digits``.
     """
     check_model_name(name, pretrained=checkpoint is None)
     if checkpoint is None:
@@ -53,4 +54,7 @@ def build_model(
             f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
+    classes = (held.lightning.get("data_identity") or {}).get("classes")
+    if classes and not model.pretrained_cfg.get("label_names"):  # timm's field for the class names, as tags have
+        model.pretrained_cfg = {**model.pretrained_cfg, "label_names": tuple(classes)}
     return model.eval(), kwargs, held.data_config
