@@ -130,6 +130,9 @@ def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
         (["--data.augmentation.auto_augment", "randfoo"], "unknown auto_augment policy 'randfoo'"),
         (["--data.in_chans", "2"], "in_chans must be 1 or 3 for digits, got 2"),
         (["--model.ema_decay", "2"], "ema_decay must lie in (0, 1), got 2.0"),
+        (["--model.lr", "-1"], "lr must be > 0, got -1.0"),
+        (["--model.weight_decay", "-0.1", "--model.layer_decay", "0"], "weight_decay must be >= 0, got -0.1"),
+        (["--model.betas", "[0.9, 1.5]"], "betas must be two values in [0, 1), got (0.9, 1.5)"),
         ("empty class folder", "class folders without images"),
     ],
 )

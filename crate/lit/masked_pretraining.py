@@ -76,6 +76,7 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["num_classes"])  # no head: the checkpoint must not claim classes
+        self.check_optimization()
         if not 0.0 <= mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")
         kwargs = dict(model_kwargs or {})

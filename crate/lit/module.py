@@ -116,6 +116,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.check_optimization()
         if num_classes < 2:
             raise ValueError(
                 f"a classifier needs two or more classes, and the data has {num_classes}: give each class a folder "

@@ -41,6 +41,27 @@ class TimmOptimization:
     ``optimizer``, ``lr``, ``min_lr_ratio``, ``weight_decay``, ``betas``, ``layer_decay``, ``warmup_epochs``.
     Parameters that do not require gradients (frozen ones) are left out of the optimizer."""
 
+    def check_optimization(self) -> None:
+        """Refuse settings the optimizer or schedule cannot take, when the module is built (before a run writes
+        anything), with the setting's name: ``lr`` > 0, ``min_lr_ratio`` in [0, 1], ``weight_decay`` >= 0,
+        ``warmup_epochs`` >= 0, each of ``betas`` in [0, 1), ``layer_decay`` in (0, 1] or None."""
+        hp = self.hparams
+        refusals = []
+        if not (math.isfinite(hp.lr) and hp.lr > 0):
+            refusals.append(f"lr must be > 0, got {hp.lr}")
+        if not 0 <= hp.min_lr_ratio <= 1:
+            refusals.append(f"min_lr_ratio must lie in [0, 1], got {hp.min_lr_ratio}")
+        if not hp.weight_decay >= 0:
+            refusals.append(f"weight_decay must be >= 0, got {hp.weight_decay}")
+        if not hp.warmup_epochs >= 0:
+            refusals.append(f"warmup_epochs must be >= 0, got {hp.warmup_epochs}")
+        if len(hp.betas) != 2 or not all(0 <= beta < 1 for beta in hp.betas):
+            refusals.append(f"betas must be two values in [0, 1), got {tuple(hp.betas)}")
+        if hp.layer_decay is not None and not 0 < hp.layer_decay <= 1:
+            refusals.append(f"layer_decay must lie in (0, 1] or be None, got {hp.layer_decay}")
+        if refusals:
+            raise ValueError("; ".join(refusals) + " (--model.KEY VALUE)")
+
     def scaled_lr(self) -> float:
         """The peak learning rate of this run: ``lr``, or with ``lr_base_size``, ``lr`` scaled from that global
         batch size to this run's (batch size x processes x accumulated batches), linearly or by the square

@@ -100,6 +100,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["num_classes"])  # no classifier: the checkpoint must not claim one
+        self.check_optimization()
         if not 0.0 <= teacher_momentum <= 1.0:
             raise ValueError(f"teacher_momentum must lie in [0, 1], got {teacher_momentum}")
         if knn_bank < 0 or knn_k < 1 or knn_temperature <= 0:
