@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from crate.models import Checkpoint, CheckpointError
+from crate.run.held_out import shown_classes
 
 __all__ = ["check_evaluation_data", "check_resume_data", "data_changes"]
 
@@ -23,9 +24,7 @@ _LABELS = ("classes", "num_classes", "in_chans")
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, list) and len(value) > 6:
-        return f"{len(value)} classes [{', '.join(map(str, value[:3]))}, ...]"
-    return str(value)
+    return shown_classes(value) if isinstance(value, list) else str(value)
 
 
 def data_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "digits_split",
     "model_in_chans",
     "resolve_data",
+    "shown_classes",
 ]
 
 DIGITS = "crate.lit.DigitsDataModule"
@@ -166,13 +167,14 @@ def check_label_names(model: torch.nn.Module, classes: Any, data: str) -> None:
     names = (getattr(model, "pretrained_cfg", None) or {}).get("label_names")
     if names and classes is not None and tuple(map(str, names)) != tuple(map(str, classes)):
         raise ValueError(
-            f"{data} has the classes {_names(classes)}, but the model was trained on {_names(names)}: its "
-            "accuracy there would score one class as another. Give data with the model's classes (the same class "
-            "folders; the root may differ), or fine-tune it on this data first"
+            f"{data} has the classes {shown_classes(classes)}, but the model was trained on "
+            f"{shown_classes(names)}: its accuracy there would score one class as another. Give data with the "
+            "model's classes (the same class folders; the root may differ), or fine-tune it on this data first"
         )
 
 
-def _names(names: Any) -> str:
+def shown_classes(names: Any) -> str:
+    """Class names for a message: all of them up to six, else their count and the first three."""
     names = [str(name) for name in names]
     return str(names) if len(names) <= 6 else f"{len(names)} classes [{', '.join(names[:3])}, ...]"
 
