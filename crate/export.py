@@ -42,7 +42,7 @@ from crate.lit.data.folder import DataError
 from crate.lit.factory import create_classifier
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, read_checkpoint
-from crate.models.checkpoint import DATA_CONFIG_KEY
+from crate.models.checkpoint import DATA_CONFIG_KEY, LABEL_NAMES_KEY
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
@@ -110,11 +110,15 @@ def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[st
     save_for_hf(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
     )
-    # safetensors writes through a private temporary file (mode 0600): give it the mode the other files have
+    for path in folder.iterdir():
+        _usual_mode(path)
+
+
+def _usual_mode(path: Path) -> None:
+    """safetensors writes through a private temporary file (mode 0600): give it the mode other new files get."""
     umask = os.umask(0)
     os.umask(umask)
-    for path in folder.iterdir():
-        path.chmod(0o666 & ~umask)
+    path.chmod(0o666 & ~umask)
 
 
 def _control_model_name(label: str, path: Path) -> str:
@@ -211,11 +215,14 @@ def _write_weights(model: torch.nn.Module, run: Run, out: Path, dtype: str, mode
     metadata = {"model_name": run.model_name, "format": "pt", "model_config": json.dumps(model_config)}
     if run.data_config is not None:
         metadata[DATA_CONFIG_KEY] = json.dumps(run.data_config)
+    if run.checkpoint.label_names:
+        metadata[LABEL_NAMES_KEY] = json.dumps(list(run.checkpoint.label_names))
     state = {
         k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out), metadata=metadata)
+    _usual_mode(out)
 
 
 def _read_held_out(
@@ -287,6 +294,7 @@ def _card(
         "model_name": run.model_name,
         "parameters": sum(p.numel() for p in model.parameters()),
         "num_classes": run.num_classes,
+        "label_names": list(run.checkpoint.label_names) if run.checkpoint.label_names else None,
         "num_features": model.num_features,
         "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
         "data": run.data_description,
@@ -347,7 +355,8 @@ def export_checkpoint(
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)
-            _write_hub_folder(model, hub, getattr(held_out, "classes", None))
+            labels = run.checkpoint.label_names or getattr(held_out, "classes", None)
+            _write_hub_folder(model, hub, list(labels) if labels else None)
             if out is None:
                 load = (f"local-dir:{hub}", {"pretrained": True})
         if run.data_config is None:

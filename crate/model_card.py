@@ -29,6 +29,25 @@ images) and a logistic-regression probe on the standardised features, beside its
 """
 
 
+def _class_table(card: dict[str, Any]) -> str:
+    """The classes in label order (index and name), or a line saying the file records none."""
+    names = card.get("label_names")
+    if card["num_classes"] == 0:
+        return ""
+    if not names:
+        return "\n## Classes\n\nThe run recorded no class names: index i is the i-th class of its data.\n"
+    rows = "\n".join(f"| {index} | {name} |" for index, name in enumerate(names))
+    return f"""
+## Classes
+
+Output index and class name (also in the file's metadata and in `model.pretrained_cfg["label_names"]`):
+
+| index | class |
+|---|---|
+{rows}
+"""
+
+
 def card_markdown(card: dict[str, Any]) -> str:
     recipe = "\n".join(f"| {k} | {v} |" for k, v in card["recipe"].items())
     accuracy = card["val_accuracy"]
@@ -68,7 +87,7 @@ def card_markdown(card: dict[str, Any]) -> str:
 {measured}
 - load (after `import crate, timm`): `{card["load"]}`
 - sha256 of `{card["file"]}`: `{card["sha256"]}`
-
+{_class_table(card)}
 ## Recipe
 
 | setting | value |

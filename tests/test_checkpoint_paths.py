@@ -80,7 +80,12 @@ def test_a_grayscale_tost_file_adapts_its_conv_stem_to_three_channels(tmp_path: 
     gray = timm.create_model("tost_nano_patch4_32", num_classes=10, in_chans=1).eval()
     torch.save(gray.state_dict(), tmp_path / "tost_gray.pth")
     overlay = dict(file=str(tmp_path / "tost_gray.pth"))
-    rgb = timm.create_model("tost_nano_patch4_32", pretrained=True, num_classes=10, pretrained_cfg_overlay=overlay)
+    # a file is built as trained unless the call asks for other channels; then it is adapted, with a warning
+    assert timm.create_model("tost_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=overlay).in_chans == 1
+    with pytest.warns(UserWarning, match="trained with in_chans=1; building tost_nano_patch4_32 with in_chans=3"):
+        rgb = timm.create_model(
+            "tost_nano_patch4_32", pretrained=True, num_classes=10, in_chans=3, pretrained_cfg_overlay=overlay
+        )
     assert (
         rgb.patch_embed.proj[0][0].weight.shape[1] == 3
         and read_checkpoint(overlay["file"]).in_chans(first_conv="patch_embed.proj.0.0") == 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -44,6 +45,7 @@ from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state
 __all__ = [
     "DATA_CONFIG_KEY",
     "DATA_IDENTITY_KEY",
+    "LABEL_NAMES_KEY",
     "MODULE_KEY",
     "Checkpoint",
     "CheckpointError",
@@ -55,6 +57,7 @@ _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "mode
 # what a zoo file records of its run beside the weights (Lightning checkpoint keys, safetensors metadata)
 MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
 DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
+LABEL_NAMES_KEY = "label_names"  # an export's class names in label order (safetensors metadata)
 DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
@@ -69,13 +72,35 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     layout: str  # crate_official | crate_alpha_official | timm
     source: str  # lightning | safetensors | torch
-    hparams: dict[str, Any] = field(default_factory=dict)  # model_name, num_classes, in_chans, img_size, model_kwargs
+    # model_name, num_classes, in_chans, img_size, model_kwargs (and an export's label_names)
+    hparams: dict[str, Any] = field(default_factory=dict)
     lightning: dict[str, Any] = field(default_factory=dict)  # all hyper_parameters, epoch, global_step, module
     data_config: dict[str, Any] | None = None  # the run's data section: class_path, init_args
 
     @property
     def model_name(self) -> str | None:
         return self.hparams.get("model_name")
+
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        """The class names in label order, where the file records them (an export's metadata, or the classes
+        of the data a Lightning run was trained on); None for files that do not."""
+        classes = self.hparams.get("label_names") or (self.lightning.get("data_identity") or {}).get("classes")
+        return tuple(str(name) for name in classes) if classes else None
+
+    def img_size(self, patch_size: tuple[int, int] | None = None) -> int | tuple[int, int] | None:
+        """Input size the weights were trained at: recorded by the run, or read off a square position
+        embedding (one class token) given the patch size; None where neither tells."""
+        recorded = self.hparams.get("img_size")
+        if recorded:
+            return tuple(recorded) if isinstance(recorded, (list, tuple)) else int(recorded)
+        pos = self.zoo_state_dict.get("pos_embed")
+        if pos is None or patch_size is None or pos.ndim != 3:
+            return None
+        side = int(round((pos.shape[1] - 1) ** 0.5))
+        if side * side != pos.shape[1] - 1 or patch_size[0] != patch_size[1]:
+            return None
+        return side * patch_size[0]
 
     @property
     def architecture_kwargs(self) -> dict[str, Any]:
@@ -199,6 +224,8 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         hparams = {"model_name": metadata["model_name"]} if "model_name" in metadata else {}
         # an export's model_config: num_classes, in_chans, img_size, model_kwargs
         hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
+        if metadata.get(LABEL_NAMES_KEY):
+            hparams["label_names"] = json.loads(metadata[LABEL_NAMES_KEY])
         data_config = json.loads(metadata[DATA_CONFIG_KEY]) if metadata.get(DATA_CONFIG_KEY) else None
         return state, "safetensors", hparams, data_config
     try:
@@ -315,6 +342,39 @@ def _cfg_input_size(kwargs: Mapping[str, Any], variant: str) -> tuple[int, ...]:
     return tuple(size or (3, 224, 224))
 
 
+def _pair(size: Any) -> tuple[int, int]:
+    return (int(size), int(size)) if isinstance(size, (int, float)) else (int(size[0]), int(size[1]))
+
+
+def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the input channels and image size the file records where the caller gave none, so a
+    file is built at the size it was trained at, as its ``num_classes`` is. Where the caller asks for other
+    values, the weights are adapted (input channels folded, position embedding resampled) and one warning
+    line names both values: the model then sees inputs its weights never saw."""
+    patch = kwargs.get("patch_size")
+    patch = _pair(patch) if patch is not None else None
+    first_conv = _cfg_value(_tag_cfg(kwargs, variant), "first_conv") or "patch_embed.proj"
+    recorded = {"in_chans": checkpoint.in_chans(patch, first_conv), "img_size": checkpoint.img_size(patch)}
+    built = dict(kwargs)
+    for key, value in recorded.items():
+        if value is None:
+            continue
+        if key not in kwargs:
+            built[key] = value
+            continue
+        asked = kwargs[key]
+        same = asked == value if key == "in_chans" else _pair(asked) == _pair(value)
+        if not same:
+            adapted = "input channels folded" if key == "in_chans" else "position embedding resampled"
+            warnings.warn(
+                f"{checkpoint.path} was trained with {key}={value}; building {variant} with {key}={asked} as asked "
+                f"({adapted}); leave {key} out to build it as trained",
+                UserWarning,
+                stacklevel=4,
+            )
+    return built
+
+
 def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The constructor kwargs of a zoo family with the pretrained file read through :func:`read_checkpoint`.
 
@@ -322,7 +382,10 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     here and handed to timm as an in-memory state dict (``pretrained_cfg_overlay=dict(file=..., ema=True)``:
     a training checkpoint's ``model_ema``); a Lightning file of another architecture is refused;
     ``num_classes=N`` with a file and no ``num_classes`` in the overlay means the file has N classes (the
-    family's filter then refuses a mismatch instead of silently resetting the head).
+    family's filter then refuses a mismatch instead of silently resetting the head). The model is built with
+    the input channels and image size the file records unless the call gives others (then with a warning),
+    and its ``pretrained_cfg`` carries them (so ``resolve_data_config`` does) and the class names the file
+    records (``label_names``).
     """
     path = _file_of(kwargs, variant) if pretrained else None
     if path is None:
@@ -333,13 +396,17 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
         raise CheckpointError(
             f"{checkpoint.describe()}: it does not fit {variant}; create {checkpoint.model_name!r} to load it"
         )
+    kwargs = _built_as_recorded(checkpoint, variant, kwargs)
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
     overlay["source"] = None  # the weights are in hand: timm takes them from state_dict, not from a hub
-    # the weights are adapted to the channels the model is built with (the filter does it), so the cfg
-    # declares those channels
+    # the weights are adapted to the channels and size the model is built with, so the cfg declares those
     base = _cfg_input_size(kwargs, variant)
-    overlay.setdefault("input_size", (kwargs.get("in_chans", base[0]), *base[1:]))
+    size = _pair(kwargs["img_size"]) if kwargs.get("img_size") is not None else tuple(base[1:])
+    overlay.setdefault("input_size", (kwargs.get("in_chans", base[0]), *size))
+    labels = checkpoint.label_names
+    if labels and len(labels) == checkpoint.num_classes == kwargs.get("num_classes", checkpoint.num_classes):
+        overlay.setdefault("label_names", checkpoint.label_names)
     if from_overlay and "num_classes" not in overlay:
         # a file given with num_classes is taken to hold that many classes: a mismatch is then an error
         # that says how to reset the head, instead of a head silently dropped (timm's rule)

@@ -74,7 +74,7 @@ class DigitsDataModule(ImageDataModule):
 
     def data_identity(self) -> dict[str, Any]:
         split = {"val_fraction": self.val_fraction, "split_seed": self.split_seed}
-        return {**super().data_identity(), "source": "digits", **split}
+        return {**super().data_identity(), "source": "digits", "classes": self.classes, **split}
 
     def has_test_split(self) -> bool:
         return False

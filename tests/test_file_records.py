@@ -1,0 +1,123 @@
+"""A file builds the model it was trained as: its input channels, image size and class names travel with it,
+through a run's .ckpt, an exported safetensors file and a hub folder; other sizes asked for are adapted with a
+warning, never silently."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import lightning as L
+import pytest
+import timm
+import torch
+from PIL import Image
+from safetensors import safe_open
+
+import crate  # noqa: F401
+from crate.data.digits import load_digits_tensors
+from crate.export import export_checkpoint
+from crate.lit import DigitsDataModule, ImageClassifier, ImageFolderDataModule
+
+
+def _fit_and_save(module: ImageClassifier, data: L.LightningDataModule, path: Path) -> Path:
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trainer.save_checkpoint(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory) -> tuple[Path, ImageClassifier]:
+    """The default job's shape: crate_nano on the digits at 16 pixels, one channel."""
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16, warmup_epochs=0)
+    data = DigitsDataModule(img_size=16, batch_size=64)
+    ckpt = _fit_and_save(module, data, tmp_path_factory.mktemp("digits") / "checkpoints" / "last.ckpt")
+    return ckpt, module.eval()
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory) -> tuple[Path, tuple[str, ...]]:
+    """A three-class colour folder at 24 pixels, classes named as a user would."""
+    root = tmp_path_factory.mktemp("photos")
+    names = ("heron", "egret", "stork")
+    generator = torch.Generator().manual_seed(0)
+    for split in ("train", "val"):
+        for name in names:
+            (root / split / name).mkdir(parents=True)
+            for index in range(4):
+                pixels = torch.randint(0, 256, (24, 24, 3), generator=generator, dtype=torch.uint8).numpy()
+                Image.fromarray(pixels).save(root / split / name / f"{index}.png")
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=3, in_chans=3, img_size=24, warmup_epochs=0)
+    data = ImageFolderDataModule(str(root), img_size=24, batch_size=4, num_workers=0)
+    data.data_config = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": str(root), "img_size": 24}}
+    ckpt = _fit_and_save(module, data, tmp_path_factory.mktemp("folder") / "checkpoints" / "last.ckpt")
+    return ckpt, tuple(sorted(names))
+
+
+def test_a_run_file_loaded_the_readme_way_is_built_as_trained(digits_run) -> None:
+    ckpt, module = digits_run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built as recorded: nothing adapted, nothing to warn about
+        model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt)))
+    model.eval()
+    assert model.patch_embed.img_size == (16, 16) and model.patch_embed.proj.in_features == 16
+    assert timm.data.resolve_data_config({}, model=model)["input_size"] == (1, 16, 16)
+    val = load_digits_tensors(img_size=16, in_chans=1)[1]
+    with torch.no_grad():
+        ours, theirs = model(val.images).argmax(-1), module.model(val.images).argmax(-1)
+    # the same predictions as the trained module on every validation image: the score validate gives
+    assert torch.equal(ours, theirs)
+    assert model.pretrained_cfg["label_names"] == tuple(str(digit) for digit in range(10))
+
+
+def test_another_size_or_channel_count_than_the_file_is_adapted_with_one_warning(digits_run) -> None:
+    ckpt, _ = digits_run
+    overlay = dict(file=str(ckpt))
+    with pytest.warns(UserWarning, match=r"trained with img_size=16; building .* img_size=32") as caught:
+        model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=overlay, img_size=32)
+    assert len(caught) == 1 and model.pos_embed.shape[1] == 65
+    assert timm.data.resolve_data_config({}, model=model)["input_size"] == (1, 32, 32)
+    with pytest.warns(UserWarning, match=r"trained with in_chans=1; building .* in_chans=3 .*folded"):
+        model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=overlay, in_chans=3)
+    assert timm.data.resolve_data_config({}, model=model)["input_size"] == (3, 16, 16)
+
+
+@pytest.mark.parametrize("way", ["out", "hub"])
+def test_class_names_travel_with_an_exported_folder_run(folder_run, tmp_path: Path, way: str) -> None:
+    ckpt, names = folder_run
+    if way == "out":
+        out = tmp_path / "birds.safetensors"
+        card = export_checkpoint(ckpt, out, measure=False)
+        with safe_open(str(out), framework="pt") as handle:
+            assert json.loads(handle.metadata()["label_names"]) == list(names)
+        assert json.loads(out.with_suffix(".json").read_text())["label_names"] == list(names)
+        rows = [line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith("| ")]
+        assert [f"| {index} | {name} |" for index, name in enumerate(names)] == [
+            row for row in rows if row.split("|")[1].strip().isdigit()
+        ]
+        # the folder is gone on another machine: the file alone names the classes, and is built at 24 px
+        model = timm.create_model(card["model_name"], pretrained=True, pretrained_cfg_overlay=dict(file=str(out)))
+    else:
+        hub = tmp_path / "birds"
+        export_checkpoint(ckpt, hub_dir=hub, measure=False)
+        model = timm.create_model(f"local-dir:{hub}", pretrained=True)
+    assert tuple(model.pretrained_cfg["label_names"]) == names  # a hub folder's config.json gives a list
+    assert timm.data.resolve_data_config({}, model=model)["input_size"] == (3, 24, 24)
+
+
+def test_a_run_checkpoint_through_timm_names_its_classes(folder_run) -> None:
+    ckpt, names = folder_run
+    model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt)))
+    assert model.pretrained_cfg["label_names"] == names
+
+
+def test_a_head_reset_drops_the_files_class_names(folder_run) -> None:
+    ckpt, _ = folder_run
+    model = timm.create_model(
+        "crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt), num_classes=3), num_classes=5
+    )
+    assert model.num_classes == 5 and not model.pretrained_cfg.get("label_names")
