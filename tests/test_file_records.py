@@ -53,7 +53,10 @@ def folder_run(tmp_path_factory) -> tuple[Path, tuple[str, ...]]:
                 Image.fromarray(pixels).save(root / split / name / f"{index}.png")
     module = ImageClassifier("crate_nano_patch4_32", num_classes=3, in_chans=3, img_size=24, warmup_epochs=0)
     data = ImageFolderDataModule(str(root), img_size=24, batch_size=4, num_workers=0)
-    data.data_config = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": str(root), "img_size": 24}}
+    data.data_config = {
+        "class_path": "crate.lit.ImageFolderDataModule",
+        "init_args": {"root": str(root), "img_size": 24},
+    }
     ckpt = _fit_and_save(module, data, tmp_path_factory.mktemp("folder") / "checkpoints" / "last.ckpt")
     return ckpt, tuple(sorted(names))
 
@@ -118,6 +121,9 @@ def test_a_run_checkpoint_through_timm_names_its_classes(folder_run) -> None:
 def test_a_head_reset_drops_the_files_class_names(folder_run) -> None:
     ckpt, _ = folder_run
     model = timm.create_model(
-        "crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt), num_classes=3), num_classes=5
+        "crate_nano_patch4_32",
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=str(ckpt), num_classes=3),
+        num_classes=5,
     )
     assert model.num_classes == 5 and not model.pretrained_cfg.get("label_names")
