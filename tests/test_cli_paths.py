@@ -104,17 +104,21 @@ def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
     assert all(row["predicted_name"] == row["predicted"] for row in rows)  # the digits' names are the digits
 
 
-def test_sigterm_exits_non_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_signal_exits_with_the_shells_status_for_it_after_its_checkpoint(tmp_path: Path, signum, said) -> None:
+    """SIGTERM exits 143 and Ctrl-C (SIGINT) 130, as a shell reports a process those signals ended, so a script
+    can tell an interrupted run (resumable from its checkpoint) from a failed one."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     args = [sys.executable, str(REPO / "train.py"), "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path)]
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob("crate_nano_digits/version_0/metrics.csv")):
         time.sleep(0.5)  # metrics.csv appears at the first logged steps: training is under way
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
-    assert "SIGTERM" in stderr
+    assert proc.returncode == 128 + signum, stderr[-2000:]
+    assert f"stopped by {said}; resume with --ckpt_path last" in stderr
+    assert list(tmp_path.glob("crate_nano_digits/version_0/checkpoints/interrupted-*.ckpt"))
 
 
 def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:

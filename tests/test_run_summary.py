@@ -19,14 +19,9 @@ from crate.lit.run_summary import RunSummary
 
 def _trainer(tmp_path: Path, **settings) -> tuple[L.Trainer, ModelCheckpoint]:
     best = ModelCheckpoint(dirpath=tmp_path / "checkpoints", monitor="val/acc", mode="max", save_last=True)
+    settings = {"max_epochs": 3, "limit_train_batches": 2, "limit_val_batches": 1, **settings}
     trainer = L.Trainer(
-        max_epochs=3,
-        limit_train_batches=2,
-        limit_val_batches=1,
-        logger=CSVLogger(tmp_path, name="run"),
-        enable_model_summary=False,
-        callbacks=[best, RunSummary()],
-        **settings,
+        logger=CSVLogger(tmp_path, name="run"), enable_model_summary=False, callbacks=[best, RunSummary()], **settings
     )
     return trainer, best
 
@@ -114,3 +109,56 @@ def test_known_noise_is_dropped_by_its_exact_text_and_nothing_else() -> None:
     assert [str(w.message) for w in caught] == ["another deprecation", "`isinstance(treespec, LeafSpec)` is deprecated"]
     assert not kept("💡 Tip: For seamless cloud logging and experiment tracking, try installing ...")
     assert kept("GPU available: False, used: False")
+
+
+def _summary_lines(text: str) -> dict[str, str]:
+    """The summary's best line and its per-epoch "(best ...)" figures, from the log."""
+    best = re.search(r"val/acc          last (\d\.\d{4}), best (\d\.\d{4}) at epoch (\d+)", text)
+    return {"best": best.group(0) if best else "", "epochs": re.findall(r"\(best (\d\.\d{4})\)", text)}
+
+
+def test_a_resumed_run_reports_the_best_and_the_wall_time_of_the_whole_run(tmp_path: Path, caplog) -> None:
+    """Stopped after 2 of 4 epochs and resumed from last.ckpt, the summary names the same best value and epoch
+    as the run that went through, and its wall time counts on from the checkpoint's."""
+
+    class StopAfter(L.Callback):  # the interruption: the run stops after this epoch, as a Ctrl-C there would
+        def __init__(self, epoch: int | None) -> None:
+            self.epoch = epoch
+
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            trainer.should_stop = trainer.should_stop or trainer.current_epoch == self.epoch
+
+    def fit(folder: Path, stop_after: int | None = None, ckpt_path: str | None = None) -> str:
+        torch.manual_seed(0)
+        trainer, _ = _trainer(folder, enable_progress_bar=False, max_epochs=4, limit_train_batches=4)
+        trainer.callbacks.append(StopAfter(stop_after))
+        module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=3e-3, warmup_epochs=0)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            trainer.fit(module, DigitsDataModule(batch_size=32), ckpt_path=ckpt_path)
+        return caplog.text
+
+    through = _summary_lines(fit(tmp_path / "through"))
+    first = fit(tmp_path / "parts", stop_after=1)
+    held = torch.load(tmp_path / "parts" / "checkpoints" / "last.ckpt", weights_only=False)
+    record = next(state for key, state in held["callbacks"].items() if key.startswith("RunSummary"))
+    assert record["best"] is not None and record["elapsed_s"] > 0
+    resumed_text = fit(tmp_path / "parts", ckpt_path=str(tmp_path / "parts" / "checkpoints" / "last.ckpt"))
+    resumed = _summary_lines(resumed_text)
+    assert resumed["best"] and resumed["best"] == through["best"]
+    # each epoch's "(best ...)" (Lightning ends the epoch a checkpoint was saved in again on resume: its line twice)
+    assert _summary_lines(first)["epochs"] + resumed["epochs"][1:] == through["epochs"]
+    total = re.search(r"fit ended after 4 epochs, 16 steps, (\d+\.\d) s \((\d+\.\d) s since the resume\)", resumed_text)
+    assert total is not None and float(total.group(1)) >= record["elapsed_s"] - 0.05 + float(total.group(2)) - 0.1
+
+
+def test_the_epoch_training_loss_is_the_mean_of_the_epochs_steps(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False, log_every_n_steps=1, limit_train_batches=3)
+    trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    with (Path(trainer.log_dir) / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for epoch in range(3):
+        steps = [float(r["train/loss"]) for r in rows if r.get("train/loss") and int(r["epoch"]) == epoch]
+        means = [float(r["train/loss_epoch"]) for r in rows if r.get("train/loss_epoch") and int(r["epoch"]) == epoch]
+        assert len(steps) == 3 and means == [pytest.approx(sum(steps) / 3, rel=1e-5)], (epoch, steps, means)

@@ -44,6 +44,7 @@ __all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
 
 
 SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
+SIGINT_EXIT = 128 + 2  # and by Ctrl-C (SIGINT)
 
 
 def run_loggers(log_root: str, run_name: str, version: int | None = None) -> list[Logger]:
@@ -366,7 +367,8 @@ def cli_main(
     args: list[str] | None = None, run: bool = True, model_class: type[L.LightningModule] = ImageClassifier
 ) -> CrateCLI:
     """``train.py`` (``pretrain.py``: ``model_class=MaskedAutoencoder``): a SIGTERM ends the process with
-    status 143 (after the interrupt checkpoint); errors in
+    status 143 and Ctrl-C with 130, the shell's statuses for those signals (after the interrupt checkpoint;
+    Lightning itself exits with 1 after a Ctrl-C, which a script cannot tell from a failure); errors in
     what the user gave (a missing, corrupt or foreign checkpoint, a missing dataset, an unreadable dataset
     file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
     version folder."""
@@ -387,6 +389,11 @@ def cli_main(
     except SIGTERMException:
         sys.stderr.write(f"{program}: stopped by SIGTERM; resume with --ckpt_path last\n")
         raise SystemExit(SIGTERM_EXIT) from None
+    except SystemExit as exit_:
+        if isinstance(exit_.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
+            sys.stderr.write(f"{program}: stopped by Ctrl-C; resume with --ckpt_path last\n")
+            raise SystemExit(SIGINT_EXIT) from None
+        raise
     except ArgumentError as err:
         message = str(err).strip().splitlines()
         sys.stderr.write(f"{program}: error: {' '.join(line.strip() for line in message[:3])}\n")

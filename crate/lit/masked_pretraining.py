@@ -21,7 +21,7 @@ from crate.interpret.plots import reconstruction_figure
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
-from .step_logging import StepLogging
+from .step_logging import StepLogging, epoch_loss_metric
 
 __all__ = ["MaskedAutoencoder"]
 
@@ -76,6 +76,7 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["num_classes"])  # no head: the checkpoint must not claim classes
+        self.train_loss_mean = epoch_loss_metric()
         self.check_optimization()
         if not 0.0 <= mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")

@@ -32,7 +32,7 @@ from crate.models import CheckpointError, read_checkpoint
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
-from .step_logging import StepLogging
+from .step_logging import StepLogging, epoch_loss_metric
 
 __all__ = ["ImageClassifier"]
 
@@ -173,6 +173,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         self.mixed_criterion = SoftTargetCrossEntropy()
         # the same value as val/acc's MulticlassAccuracy, in 6 tensor operations a step and no read-back
         self.train_acc = Top1Accuracy()
+        self.train_loss_mean = epoch_loss_metric()
         # evaluation: (mean loss, accuracy) per stage, each leaving out a padded batch's filler samples
         self.eval_metrics = nn.ModuleDict(
             {

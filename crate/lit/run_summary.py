@@ -27,6 +27,10 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f} s"
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _relative(path: str | Path | None) -> str:
     if not path:
         return "none"
@@ -48,7 +52,9 @@ class RunSummary(Callback):
       measured (:class:`crate.lit.classical_baseline.ClassicalBaseline`), the best checkpoint and the last one
       (with how to resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
 
-    Everything goes through Lightning's logger (rank 0 only), as Lightning's own messages do. Epochs are
+    A checkpoint carries the best value and its epoch and the wall time so far, so a resumed run reports what the
+    uninterrupted run would (its wall time without the pause between the two). Everything goes through
+    Lightning's logger (rank 0 only), as Lightning's own messages do. Epochs are
     numbered from 0, as Lightning numbers them in its progress bar, ``metrics.csv`` and the checkpoint names
     (``best-epoch057-...`` is "epoch 57", the 58th).
 
@@ -61,14 +67,32 @@ class RunSummary(Callback):
         self._fit_start = 0.0
         self._epoch_start = 0.0
         self._best: tuple[float, int] | None = None
+        self._carried_s = 0.0  # wall seconds of the run before the checkpoint it resumed from
 
     def _monitor(self, pl_module: L.LightningModule) -> tuple[str, str]:
         return getattr(pl_module, "checkpoint_monitor", ("val/acc", "max"))
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """A new fit starts with nothing carried; a resumed one gets its record back afterwards
+        (``load_state_dict``: Lightning restores callbacks after ``setup`` and before ``on_fit_start``)."""
+        if stage == "fit":
+            self._best, self._carried_s = None, 0.0
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
         self._epoch_start = self._fit_start  # a run resumed mid-epoch starts its first epoch without the hook
-        self._best = None
+
+    def elapsed(self) -> float:
+        """Wall seconds of the run: before its last resume and since."""
+        return self._carried_s + (time.perf_counter() - self._fit_start if self._fit_start else 0.0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": list(self._best) if self._best is not None else None, "elapsed_s": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        best = state_dict.get("best")
+        self._best = (float(best[0]), int(best[1])) if best else None
+        self._carried_s = float(state_dict.get("elapsed_s", 0.0))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
@@ -94,9 +118,9 @@ class RunSummary(Callback):
         if value is not None:
             best = f" (best {self._best[0]:.4f})" if self._best is not None else ""
             parts.append(f"{name} {value:.4f}{best}")
-        for key in ("val/loss", "train/acc", "train/loss"):
+        for key, shown in (("val/loss", "val/loss"), ("train/acc", "train/acc"), ("train/loss_epoch", "train/loss")):
             if key != name and (number := _number(metrics.get(key))) is not None:
-                parts.append(f"{key} {number:.4f}")
+                parts.append(f"{shown} {number:.4f}")
         parts.append(_duration(time.perf_counter() - self._epoch_start))
         rank_zero_info("  ".join(parts))
 
@@ -113,9 +137,11 @@ class RunSummary(Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         name, _ = self._monitor(pl_module)
+        session = time.perf_counter() - self._fit_start
+        resumed = f" ({_duration(session)} since the resume)" if self._carried_s else ""
         lines = [
-            f"fit ended after {trainer.current_epoch} epochs, {trainer.global_step} steps, "
-            f"{_duration(time.perf_counter() - self._fit_start)}"
+            f"fit ended after {_count(trainer.current_epoch, 'epoch')}, {_count(trainer.global_step, 'step')}, "
+            f"{_duration(self.elapsed())}{resumed}"
         ]
         if trainer.log_dir:
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")

@@ -29,7 +29,7 @@ from .data.folder import DataError
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
-from .step_logging import StepLogging
+from .step_logging import StepLogging, epoch_loss_metric
 
 __all__ = ["SelfDistillation"]
 
@@ -100,6 +100,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["num_classes"])  # no classifier: the checkpoint must not claim one
+        self.train_loss_mean = epoch_loss_metric()
         self.check_optimization()
         if not 0.0 <= teacher_momentum <= 1.0:
             raise ValueError(f"teacher_momentum must lie in [0, 1], got {teacher_momentum}")
