@@ -2,6 +2,7 @@
 
 from .cbsa import CBSA, ViTCBSA
 from .conv_stem import ConvStem, ConvStemTokens
+from .conv_tokenizer import ConvTokenizer, SeqPool
 from .head_attention import HeadAttention
 from .ista import ISTA, OvercompleteISTA
 from .kernel_attention import (
@@ -42,6 +43,8 @@ __all__ = [
     "ConvPatchEmbed",
     "ConvStem",
     "ConvStemTokens",
+    "ConvTokenizer",
+    "SeqPool",
     "HeadAttention",
     "ISTA",
     "KernelAttention",

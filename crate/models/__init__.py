@@ -3,6 +3,7 @@
 from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
 from .cbt import cbt_block
 from .checkpoint import Checkpoint, read_checkpoint
+from .compact import COMPACT_SHAPES, CompactViT
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
 from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
@@ -15,6 +16,8 @@ from .vit import ViTTwin
 __all__ = [
     "CRATE",
     "CRATE_VARIANTS",
+    "COMPACT_SHAPES",
+    "CompactViT",
     "cbt_block",
     "Checkpoint",
     "CheckpointError",

@@ -16,12 +16,17 @@ from timm.models._features import feature_take_indices
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from crate.layers import SeqPool
+
 __all__ = ["TransformerClassifier", "check_pool"]
 
 
+POOLS = ("", "token", "avg", "seq")
+
+
 def check_pool(global_pool: str) -> None:
-    if global_pool not in ("", "token", "avg"):
-        raise ValueError(f"global_pool must be '', 'token' or 'avg', got {global_pool!r}")
+    if global_pool not in POOLS:
+        raise ValueError(f"global_pool must be one of {POOLS} ('seq': sequence pooling), got {global_pool!r}")
 
 
 class TransformerClassifier(nn.Module):
@@ -51,15 +56,18 @@ class TransformerClassifier(nn.Module):
         self.pool_include_prefix = pool_include_prefix
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.num_prefix_tokens = num_prefix_tokens
+        self.blocks_prefix_tokens = min(self.blocks_prefix_tokens, num_prefix_tokens)
         self.grad_checkpointing = False
 
     def _build_head(self, depth: int, reduction: int, norm: nn.Module, fc_norm: nn.Module, drop_rate: float) -> None:
         """Feature info of the ``depth`` blocks (tokens at ``reduction`` of the image side), the norm after
-        the blocks, the norm of the pooled features, the head dropout and the classifier head."""
+        the blocks, the sequence pooling (``global_pool="seq"``), the norm of the pooled features, the head
+        dropout and the classifier head."""
         self.feature_info = [
             dict(module=f"blocks.{i}", num_chs=self.embed_dim, reduction=reduction) for i in range(depth)
         ]
         self.norm = norm
+        self.seq_pool = SeqPool(self.embed_dim) if self.global_pool == "seq" else None
         self.fc_norm = fc_norm
         self.head_drop = nn.Dropout(drop_rate)
         self.head = self._new_head()
@@ -85,6 +93,8 @@ class TransformerClassifier(nn.Module):
         self.num_classes = num_classes
         if global_pool is not None:
             check_pool(global_pool)
+            if global_pool == "seq" and self.seq_pool is None:
+                self.seq_pool = SeqPool(self.embed_dim)
             self.global_pool = global_pool
         self.head = self._new_head()
 
@@ -152,6 +162,8 @@ class TransformerClassifier(nn.Module):
         return self._after_blocks(x)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
+        if self.global_pool == "seq" and self.seq_pool is not None:
+            return self.seq_pool(x[:, self.num_prefix_tokens :])
         if self.global_pool == "avg":
             return x.mean(dim=1) if self.pool_include_prefix else x[:, self.num_prefix_tokens :].mean(dim=1)
         if self.global_pool == "token":

@@ -101,6 +101,8 @@ class CRATE(TransformerClassifier):
     ``global_pool="avg"`` averages the patch tokens (timm's convention); with ``pool_include_prefix=True``
     it averages every token, class token included, as the official CRATE code's ``pool="mean"`` does:
     load an official mean-pool checkpoint with ``global_pool="avg", pool_include_prefix=True``.
+    ``class_token=False`` builds no class token (pool with ``"avg"`` or ``"seq"``, sequence pooling as the
+    Compact Convolutional Transformers do; ``embed_layer=ConvTokenizer`` gives their convolutional tokenizer).
     ``dynamic_img_size=True`` takes any image size divisible by the patch size, the position embedding
     resampled (bicubic) from the built grid to the input's, as timm's ViT does.
     ``patch_drop_rate`` (timm's ``PatchDropout``): while training, each image keeps a random subset of its
@@ -116,7 +118,8 @@ class CRATE(TransformerClassifier):
         patch_size: int = 16,
         in_chans: int = 3,
         num_classes: int = 1000,
-        global_pool: Literal["", "token", "avg"] = "token",
+        global_pool: Literal["", "token", "avg", "seq"] = "token",
+        class_token: bool = True,
         pool_include_prefix: bool = False,
         dynamic_img_size: bool = False,
         embed_dim: int = 384,
@@ -138,15 +141,19 @@ class CRATE(TransformerClassifier):
         final_norm_layer: Callable[[int], nn.Module] | None = None,
         weight_init: Callable[[nn.Module], None] | None = None,
     ) -> None:
-        super().__init__(num_classes, in_chans, embed_dim, global_pool, pool_include_prefix=pool_include_prefix)
+        if global_pool == "token" and not class_token:
+            raise ValueError("global_pool='token' reads the class token; with class_token=False pool 'avg' or 'seq'")
+        super().__init__(
+            num_classes, in_chans, embed_dim, global_pool, int(class_token), pool_include_prefix=pool_include_prefix
+        )
         self.dynamic_img_size = dynamic_img_size
-        self.has_class_token = True
+        self.has_class_token = class_token
         use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
 
         self.patch_embed = embed_layer(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         self.patch_embed.strict_img_size = not dynamic_img_size
         num_patches = self.patch_embed.num_patches
-        self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
+        self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim)) if class_token else None
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + self.num_prefix_tokens, embed_dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)
         if not 0.0 <= patch_drop_rate < 1.0:
@@ -195,7 +202,8 @@ class CRATE(TransformerClassifier):
         """Patch tokens with the class token and position embedding (resampled to the input's patch grid
         when the model was built with ``dynamic_img_size=True``)."""
         x = self.patch_embed(images)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         if self.dynamic_img_size:
             patch = self.patch_embed.patch_size
             grid = [images.shape[-2] // patch[0], images.shape[-1] // patch[1]]

@@ -127,11 +127,13 @@ def trace_vit_block(block: nn.Module, x: torch.Tensor, attention: bool = True) -
 register_trace_adapter(Block, trace_vit_block)
 
 
-def create_vit_twin(variant: str, pretrained: bool = False, **kwargs: Any) -> ViTTwin:
+def create_vit_twin(
+    variant: str, pretrained: bool = False, model_cls: type[ViTTwin] = ViTTwin, **kwargs: Any
+) -> ViTTwin:
     """As every zoo family: files read by ``crate.models.checkpoint``, the same ``num_classes`` rule, the
     zoo's filter (timm's ViT conversion inside it), clear errors."""
     return build_model_with_cfg(
-        ViTTwin,
+        model_cls,
         variant,
         pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=vit_checkpoint_filter_fn),

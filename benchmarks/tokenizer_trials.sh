@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# CPU trials of the convolutional tokenizer and sequence pooling against the patch-4 class-token members at
+# matched parameters, on a reduced CIFAR-10 (data/cifar10_10k: 1,000 / 200 images a class, written by
+# benchmarks/cifar10_subset.py), 50 epochs of the base CIFAR-10 recipe (configs/cifar10.yaml), bf16, one
+# thread each. Each run resumes from its last checkpoint when started again. Results: logs/trials/<name>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EPOCHS=${EPOCHS:-50}
+run() {
+  local name=$1; shift
+  local dir=logs/trials/$name/version_0
+  if [ -f "$dir/metrics.csv" ] && grep -q "^" "$dir/done" 2>/dev/null; then echo "$name done"; return; fi
+  local resume=()
+  [ -f "$dir/checkpoints/last.ckpt" ] && resume=(--ckpt_path "$dir/checkpoints/last.ckpt")
+  .venv/bin/python train.py fit --config configs/cifar10.yaml --data.root data/cifar10_10k \
+    --trainer.max_epochs "$EPOCHS" --log_root logs/trials --run_name "$name" "$@" "${resume[@]}"
+  date > "$dir/done"
+}
+for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
+  case $trial in
+    crate_cct) run crate_cct --model.model_name crate_cct4_3x2_32 ;;
+    crate_patch) run crate_patch --model.model_name crate_nano_patch4_32 \
+      --model.model_kwargs '{embed_dim: 128, depth: 9, num_heads: 2}' ;;
+    vit_cct) run vit_cct --model.model_name vit_cct4_3x2_32 ;;
+    vit_patch) run vit_patch --model.model_name vit_nano_patch4_32 \
+      --model.model_kwargs '{embed_dim: 136, depth: 4, num_heads: 2, mlp_ratio: 1.0, qkv_bias: false}' ;;
+    *) echo "unknown trial $trial" >&2; exit 2 ;;
+  esac
+done
