@@ -195,7 +195,7 @@ def test_the_theory_step_is_the_paper_s_formula_and_lowers_rc_at_small_steps() -
 
 def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_model_itself() -> None:
     from crate.interpret.controls import initialised, remember_build
-    from crate.interpret.evaluate import figure_controls, trace_figures
+    from crate.interpret.evaluate import figure_controls, probe_accuracies, trace_figures
     from crate.interpret.loading import EvalData
 
     kwargs = dict(num_classes=3, in_chans=1, img_size=16)
@@ -213,8 +213,10 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     eps, settings = {"official": 0.01, "paper": 0.5}, dict(lam=0.1, probe_images=8, top_k=3, mass=0.6)
     own = trace_figures(model, data, eps, **settings)
     controls = figure_controls(model, data, eps, **settings, init_seeds=(0,))
-    random_init = {key: value for key, value in controls["random_init"].items() if key != "init_seeds"}
+    skip = ("init_seeds", "per_seed", "linear_probe_accuracy")
+    random_init = {key: value for key, value in controls["random_init"].items() if key not in skip}
     assert random_init == own  # the same figures, segmentation included
+    assert controls["random_init"]["linear_probe_accuracy"] == probe_accuracies(model, data)  # and its probes
     averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1))["random_init"]
     assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
 

@@ -40,6 +40,7 @@ from .lenses import (
 )
 from .loading import EvalData, held_out_accuracy
 from .segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
+from .verdicts import verdict_figures
 
 __all__ = [
     "attention_lenses",
@@ -129,7 +130,10 @@ def operator_geometry(model: nn.Module, traces: list[BlockTrace]) -> dict[str, A
 
 
 def class_attention(traces: list[BlockTrace], prefix: int) -> list[torch.Tensor]:
-    """Per layer, the class token's attention over the patches: (B, K, N_patches)."""
+    """Per layer, the class token's attention over the patches: (B, K, N_patches); for a model without a class
+    token (``prefix`` 0: sequence or mean pooling), the attention the patches receive, averaged over queries."""
+    if prefix == 0:
+        return [trace.attention.mean(dim=2) for trace in traces]
     return [trace.attention[:, :, 0, prefix:] for trace in traces]
 
 
@@ -182,6 +186,17 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, va
     return float(classifier.score(scaler.transform(val_x), val_y))
 
 
+def probe_accuracies(model: nn.Module, data: EvalData) -> list[float]:
+    """Per layer, the linear probe's accuracy on the mean-pooled tokens (fitted on the sampled training images,
+    scored on the sampled validation images)."""
+    train_features = layer_features(model, data.train_images)
+    val_features = layer_features(model, data.val_images)
+    return [
+        linear_probe(tr, data.train_labels.numpy(), va, data.val_labels.numpy())
+        for tr, va in zip(train_features, val_features, strict=True)
+    ]
+
+
 def trace_figures(
     model: nn.Module,
     data: EvalData,
@@ -226,19 +241,24 @@ def figure_controls(
     init_seeds: tuple[int, ...] = INIT_SEEDS,
     traces: list[BlockTrace] | None = None,
 ) -> dict[str, Any]:
-    """The controls of :mod:`crate.interpret.controls`: the trace figures of the architecture at its
-    initialisation (mean over ``init_seeds``), the compression controls and the uniform map's values."""
+    """The controls of :mod:`crate.interpret.controls`: the trace figures and probes of the architecture at its
+    initialisation (mean over ``init_seeds``, and each seed's verdict figures), the compression controls and
+    the uniform map's values."""
     if traces is None:  # the trained model's traces, as its own figures were read from
         traces = trace_model(model, data.val_images[:probe_images])
-    initial = [
-        trace_figures(initialised(model, seed), data, eps, lam, probe_images, top_k, mass) for seed in init_seeds
-    ]
+    initial, per_seed = [], []
+    for seed in init_seeds:
+        fresh = initialised(model, seed)
+        figures = trace_figures(fresh, data, eps, lam, probe_images, top_k, mass)
+        figures["linear_probe_accuracy"] = probe_accuracies(fresh, data)
+        initial.append(figures)
+        per_seed.append(verdict_figures(figures, figures["linear_probe_accuracy"]))
     first = traces[0]
     uniform = None
     if first.attention is not None:
         uniform = uniform_map(first.attention.shape[1], first.attention.shape[-1], top_k)
     return {
-        "random_init": dict(mean_of(initial), init_seeds=list(init_seeds)),
+        "random_init": dict(mean_of(initial), init_seeds=list(init_seeds), per_seed=per_seed),
         "compression": compression_control_curves(model, traces, eps),
         "uniform_map": uniform,
     }
@@ -265,12 +285,7 @@ def evaluate_model(
     figures = trace_figures(model, data, eps, lam, probe_images, top_k, mass, traces=traces)
     # on the whole validation split; a model without a classifier (a masked-pretraining checkpoint) has none
     accuracy = held_out_accuracy(model, data.val_set) if getattr(model, "num_classes", 1) else None
-    train_features = layer_features(model, data.train_images)
-    val_features = layer_features(model, data.val_images)
-    probes = [
-        linear_probe(tr, data.train_labels.numpy(), va, data.val_labels.numpy())
-        for tr, va in zip(train_features, val_features, strict=True)
-    ]
+    probes = probe_accuracies(model, data)
     result = {
         "architecture": type(model).__name__,
         # query = key: symmetric PSD scores by construction, whatever the weights

@@ -26,6 +26,20 @@ __all__ = [
 ]
 
 MARKERS = ("o", "s", "^", "D")
+_PALETTE = "tab20"  # 20 distinct colours: one per curve of the layer-wise panels (4 a model)
+
+
+def _curve_colour(model: int, curve: int) -> tuple[float, ...]:
+    """The colour of curve ``curve`` (0-3) of model ``model`` in the layer-wise panels: each its own."""
+    from matplotlib import colormaps
+
+    return colormaps[_PALETTE]((4 * model + curve) % 20)
+
+
+def _init_values(result: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The random-init control's figures merged over the trained model's (None without controls)."""
+    initial = (result.get("controls") or {}).get("random_init")
+    return None if initial is None or key not in initial else dict(result, **initial)
 
 
 def save(figure: Figure, path: Path) -> Path:
@@ -131,22 +145,32 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
         ("paper", "Rc_raw", "R^c of the raw stream Z (paper)"),
     )
     for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
-        color = f"C{index}"
         for axis, (convention, stem, _) in zip(top, panels, strict=False):
             curves = result["layerwise"][convention]
             x = _layers(curves[f"{stem}_before_attention"])
-            axis.plot(x, curves[f"{stem}_before_attention"], marker=marker, color=color, label=f"{label}: before")
+            before = curves[f"{stem}_before_attention"]
+            axis.plot(x, before, marker=marker, color=_curve_colour(index, 0), label=f"{label}: before")
             axis.plot(
-                x, curves[f"{stem}_after_attention"], marker=marker, color=color, linestyle="--",
+                x, curves[f"{stem}_after_attention"], marker=marker, color=_curve_colour(index, 1), linestyle="--",
                 markerfacecolor="none", label=f"{label}: after",
             )  # fmt: skip
         curves = result["layerwise"]["official"]
-        code = curves["sparsity_of_code"]
+        code, output = curves["sparsity_of_code"], curves["sparsity_of_output"]
+        if all(v is not None for v in code) and np.allclose(_values(code), _values(output)):
+            # CRATE's block output is its sparse code (ISTA has no residual): one curve, said so
+            top[3].plot(
+                _layers(code), code, marker=marker, color=_curve_colour(index, 2),
+                label=f"{label}: sparse code = block output",
+            )  # fmt: skip
+            continue
         if all(v is not None for v in code):
-            top[3].plot(_layers(code), code, marker=marker, color=color, markersize=4, label=f"{label}: sparse code")
+            top[3].plot(
+                _layers(code), code, marker=marker, color=_curve_colour(index, 2), markersize=4,
+                label=f"{label}: sparse code",
+            )  # fmt: skip
         top[3].plot(
-            _layers(code), curves["sparsity_of_output"], marker=marker, color=color, linestyle=":", markersize=9,
-            markerfacecolor="none", linewidth=2.5, alpha=0.6, label=f"{label}: block output",
+            _layers(code), output, marker=marker, color=_curve_colour(index, 3), linestyle=":", markersize=9,
+            markerfacecolor="none", linewidth=2.5, label=f"{label}: block output",
         )  # fmt: skip
     for axis, (_, _, title) in zip(top, panels, strict=False):
         _layer_axis(axis, title, "R^c (nats)")
@@ -175,7 +199,7 @@ def _per_layer(result: dict[str, Any], key: str) -> list[float]:
 
 def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
     """Effective rank, agreement with the kernel (and its chance level), head redundancy, row entropy and
-    top-k mass of the attention maps; per layer, mean over heads."""
+    top-k mass of the attention maps; per layer, mean over heads; each model beside its random init (dashed)."""
     figure = Figure(figsize=(19, 4.6), layout="constrained")
     axes = figure.subplots(1, 5)
     keys = ("effective_rank", "kernel_agreement", "redundancy", "entropy", "top_k_mass")
@@ -186,10 +210,17 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
         "row entropy (nats)",
         "top-k mass",
     )
-    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
+    for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
+        initial = _init_values(result, "attention")
         for axis, key in zip(axes, keys, strict=True):
             values = _per_layer(result, key)
-            axis.plot(_layers(values), values, marker=marker, label=label)
+            axis.plot(_layers(values), values, marker=marker, color=f"C{index}", label=label)
+            if initial is not None:
+                values = _per_layer(initial, key)
+                axis.plot(
+                    _layers(values), values, marker=marker, color=f"C{index}", linestyle="--", markerfacecolor="none",
+                    alpha=0.7, label=f"{label}: random init",
+                )  # fmt: skip
     with_maps = [r["attention"][0] for r in results.values() if r["attention"][0] is not None]
     if with_maps:
         baseline = with_maps[0]["kernel_agreement_baseline"]
@@ -273,12 +304,20 @@ def segmentation_figure(
 
 
 def probe_figure(results: dict[str, dict[str, Any]]) -> Figure:
-    """Linear-probe accuracy per layer, with the chance level of the probe's classes (1 / classes)."""
+    """Linear-probe accuracy per layer beside the random init's (dashed), with the chance level of the probe's
+    classes (1 / classes)."""
     figure = Figure(figsize=(6, 4.2), layout="constrained")
     axis = figure.subplots()
-    for (label, result), marker in zip(results.items(), MARKERS, strict=False):
+    for index, ((label, result), marker) in enumerate(zip(results.items(), MARKERS, strict=False)):
         values = result["linear_probe_accuracy"]
-        axis.plot(_layers(values), values, marker=marker, label=label)
+        axis.plot(_layers(values), values, marker=marker, color=f"C{index}", label=label)
+        initial = _init_values(result, "linear_probe_accuracy")
+        if initial is not None:
+            values = initial["linear_probe_accuracy"]
+            axis.plot(
+                _layers(values), values, marker=marker, color=f"C{index}", linestyle="--", markerfacecolor="none",
+                label=f"{label}: random init",
+            )  # fmt: skip
     classes = {r.get("probe_classes") for r in results.values() if r.get("probe_classes")}
     for count in sorted(classes):
         axis.axhline(1 / count, color="gray", linestyle=":", label=f"chance, {count} classes: {1 / count:.2f}")

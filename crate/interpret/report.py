@@ -25,12 +25,12 @@ from .compression_table import (
     NULL_MARGIN,
     compression_controls_table,
     compression_verdict,
-    layer_verdicts,
     representatives_table,
 )
 from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
 from .segmentation import attention_masks, foreground_patches
+from .verdicts import plain_verdicts
 
 __all__ = ["write_report"]
 
@@ -204,64 +204,6 @@ def _dictionary_row(result: dict[str, Any]) -> str:
     return f"{_with_init(result, _dictionary_cell)} · random dictionary {random:.3f}"
 
 
-def _code_zeros(result: dict[str, Any]) -> float | None:
-    code = result["layerwise"]["official"]["sparsity_of_code"]
-    return float(np.mean(code)) if code and all(v is not None for v in code) else None
-
-
-def _plain_verdicts(label: str, result: dict[str, Any]) -> list[str]:
-    """One plain sentence per figure family, computed from the numbers, each against its control."""
-    lines = [f"**`{label}`**", ""]
-    controls = result.get("controls") or {}
-    initial = controls.get("random_init")
-    summary = (controls.get("compression") or {}).get("official")
-    if summary:
-        depth = len(summary["before"])
-        beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
-        init_summary = (initial or {}).get("compression", {}).get("official") if initial else None
-        init_beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(init_summary)) if init_summary else None
-        judged = "no layer compresses beyond" if beyond == 0 else f"{beyond} of {depth} layers compress beyond"
-        init = "" if init_beyond is None else f" (the untrained architecture: {init_beyond} of {depth})"
-        lines.append(f"- Compression: {judged} a random vector shared by all tokens at the same norm{init}.")
-    zeros = _code_zeros(result)
-    if zeros is not None and initial and _code_zeros(dict(result, **initial)) is not None:
-        before = _code_zeros(dict(result, **initial))
-        trend = "sparser" if zeros > before else "denser" if zeros < before else "as sparse as"
-        lines.append(
-            f"- Sparsity: the codes are {trend} than at initialisation ({zeros:.2f} of entries zero, {before:.2f})."
-        )
-    if result["attention"][0] is not None and initial:
-        rank, rank0 = (
-            _mean_over_layers(result, "effective_rank"),
-            _mean_over_layers(dict(result, **initial), "effective_rank"),
-        )
-        if rank is not None and rank0 is not None:
-            trend = "more focused" if rank < rank0 else "more spread"
-            lines.append(f"- Attention: maps {trend} than at initialisation (effective rank {rank:.2f}, {rank0:.2f}).")
-    segmentation = result.get("segmentation")
-    if segmentation:
-        last = max(segmentation["layers"].items(), key=lambda item: int(item[0]))[1]
-        above = last["best_head_iou"] - last["chance"]
-        verdict = "above" if above > 0 else "not above"
-        lines.append(
-            f"- Segmentation: the best head's IoU is {verdict} chance "
-            f"({last['best_head_iou']:.3f}, chance {last['chance']:.3f})."
-        )
-    geometry = result["geometry"]
-    coherence, random = geometry["mean_head_coherence"][-1], geometry.get("random_head_coherence")
-    if coherence is not None and random is not None:
-        trend = "more" if coherence > random else "less"
-        lines.append(
-            f"- Head subspaces: {trend} coherent than random subspaces of the same shape "
-            f"({coherence:.3f}, {random:.3f})."
-        )
-    probe, classes = result["linear_probe_accuracy"][-1], result.get("probe_classes")
-    if probe is not None:
-        chance = f", chance {1 / classes:.2f}" if classes else ""
-        lines.append(f"- Linear probe of the last layer: {probe:.3f}{chance}.")
-    return lines + [""]
-
-
 def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
     lines = ["| quantity | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
 
@@ -426,7 +368,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "Each sentence is read from the numbers below, against the figure's own control.",
         "",
-        *[line for label, result in results.items() for line in _plain_verdicts(label, result)],
+        *[line for label, result in results.items() for line in plain_verdicts(label, result)],
         "## Summary",
         "",
         _summary_rows(results),

@@ -1,0 +1,211 @@
+"""The report's verdicts: each figure of a trained model read against what its controls reach.
+
+A figure is a finding only where no control reaches it in the direction claimed: one function
+(:func:`verdict`) turns (trained figure, control figures, direction) into the sentence, and each section of the
+report's verdicts goes through it. Controls with several draws (the architecture at initialisation under
+several seeds) count by their most favourable draw: if any seed reaches the trained figure, so can chance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from .compression_table import layer_verdicts
+
+__all__ = ["plain_verdicts", "verdict", "verdict_figures"]
+
+Direction = Literal["higher", "lower"]
+
+
+def _reach(values: float | Sequence[float], direction: Direction) -> float:
+    """The control's value closest to the claim: its highest draw for a claim of 'higher', lowest for 'lower'."""
+    values = [values] if isinstance(values, (int, float)) else list(values)
+    return max(values) if direction == "higher" else min(values)
+
+
+def verdict(
+    trained: float,
+    controls: Mapping[str, float | Sequence[float]],
+    direction: Direction,
+    digits: int = 3,
+    margin: float = 0.0,
+    noise: str = "",
+) -> tuple[bool, str]:
+    """(finding?, words): whether ``trained`` lies beyond every control in ``direction``, and the words that say
+    so: ``"0.981, beyond random init 0.950 and layer 0 0.930"``, or ``"not a finding (random init reaches
+    0.990)"`` naming the first control that reaches or passes it. A control within ``margin`` of the figure
+    (the figure's own noise, described by ``noise``) reaches it too."""
+    for label, values in controls.items():
+        reached = _reach(values, direction)
+        if (reached + margin >= trained) if direction == "higher" else (reached - margin <= trained):
+            short = reached < trained if direction == "higher" else reached > trained
+            within = f" within {noise}" if noise and short else ""
+            return False, f"not a finding ({label} reaches {reached:.{digits}f}{within})"
+    beyond = " and ".join(f"{label} {_reach(v, direction):.{digits}f}" for label, v in controls.items())
+    return True, f"{trained:.{digits}f}, beyond {beyond}"
+
+
+def _layer_mean(attention: list[dict[str, Any] | None], key: str) -> float | None:
+    values = [np.mean(layer[key]) for layer in attention if layer is not None and layer.get(key) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def verdict_figures(result: Mapping[str, Any], probes: Sequence[float] | None = None) -> dict[str, Any]:
+    """The scalars the verdicts read, from a model's figures (:func:`crate.interpret.evaluate.trace_figures`,
+    with its per-layer probe accuracies): the codes' share of zeros, the attention maps' effective rank, row
+    entropy and top-k mass (means over layers and heads), the best head's IoU and its chance per segmented
+    layer, the last layer's head coherence and the probes."""
+    code = result["layerwise"]["official"]["sparsity_of_code"]
+    attention = result["attention"]
+    segmentation = result.get("segmentation") or {}
+    return {
+        "code_zeros": float(np.mean(code)) if code and all(v is not None for v in code) else None,
+        "effective_rank": _layer_mean(attention, "effective_rank"),
+        "entropy": _layer_mean(attention, "entropy"),
+        "top_k_mass": _layer_mean(attention, "top_k_mass"),
+        "segmentation": {
+            str(layer): [scores["best_head_iou"], scores["chance"]]
+            for layer, scores in (segmentation.get("layers") or {}).items()
+        },
+        "head_coherence": result["geometry"]["mean_head_coherence"][-1],
+        "probes": list(probes) if probes is not None else None,
+    }
+
+
+def _seeds(initial: Mapping[str, Any], key: str) -> list[float]:
+    return [seed[key] for seed in initial.get("per_seed") or [] if seed.get(key) is not None]
+
+
+def _span(values: list[float], digits: int = 3) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if low == high else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def _either_way(trained: float, seeds: list[float]) -> Direction | None:
+    """'higher' or 'lower' where the trained figure lies beyond every seed on that side, None within them."""
+    if trained > max(seeds):
+        return "higher"
+    if trained < min(seeds):
+        return "lower"
+    return None
+
+
+def _compression(summary: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str:
+    depth = len(summary["before"])
+    beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
+    init_summary = ((initial or {}).get("compression") or {}).get("official")
+    init_beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(init_summary)) if init_summary else None
+    judged = "no layer compresses beyond" if beyond == 0 else f"{beyond} of {depth} layers compress beyond"
+    line = f"- Compression: {judged} a random vector shared by all tokens at the same norm"
+    if init_beyond is not None and beyond and init_beyond >= beyond:
+        return f"{line}: not a finding (the untrained architecture reaches {init_beyond} of {depth})."
+    return line + ("" if init_beyond is None else f" (the untrained architecture: {init_beyond} of {depth})") + "."
+
+
+def _sparsity(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | None:
+    seeds = _seeds(initial, "code_zeros")
+    if mine["code_zeros"] is None or not seeds:
+        return None
+    side = _either_way(mine["code_zeros"], seeds)
+    said = f"{mine['code_zeros']:.2f} of entries zero; random init {_span(seeds, 2)} over {len(seeds)} seeds"
+    if side is None:
+        return f"- Sparsity: not a finding: the codes' share of zeros lies within the random init's ({said})."
+    return f"- Sparsity: the codes are {'sparser' if side == 'higher' else 'denser'} than at initialisation ({said})."
+
+
+def _attention(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | None:
+    """Judged on the effective rank of the maps (lower: more focused); row entropy (lower: more focused) and
+    top-k mass (higher: more focused) must agree, or the verdict says they do not."""
+    ranks = _seeds(initial, "effective_rank")
+    if mine["effective_rank"] is None or not ranks:
+        return None
+    side = _either_way(mine["effective_rank"], ranks)
+    said = f"effective rank {mine['effective_rank']:.2f}, random init {_span(ranks, 2)}"
+    if side is None:
+        return f"- Attention: not a finding: the maps' effective rank lies within the random init's ({said})."
+    focused = side == "lower"
+    others = []
+    for key, name, focused_when in (("entropy", "row entropy", "lower"), ("top_k_mass", "top-k mass", "higher")):
+        seeds = _seeds(initial, key)
+        if mine[key] is None or not seeds:
+            continue
+        other = _either_way(mine[key], seeds)
+        says = None if other is None else (other == focused_when)
+        others.append((name, says, f"{mine[key]:.3f} against {_span(seeds)}"))
+    disagree = [f"{name} ({figures})" for name, says, figures in others if says != focused]
+    trend = "more focused" if focused else "more spread"
+    if disagree:
+        return (
+            f"- Attention: not a finding: by effective rank the maps are {trend} than at initialisation ({said}), "
+            f"but {' and '.join(disagree)} {'does' if len(disagree) == 1 else 'do'} not agree."
+        )
+    return f"- Attention: maps {trend} than at initialisation ({said}); row entropy and top-k mass agree."
+
+
+def _segmentation(mine: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str | None:
+    if not mine["segmentation"]:
+        return None
+    layer = max(mine["segmentation"], key=int)
+    best, chance = mine["segmentation"][layer]
+    controls: dict[str, float | list[float]] = {"chance": chance}
+    init = [seed["segmentation"][layer][0] for seed in (initial or {}).get("per_seed") or [] if seed["segmentation"]]
+    if init:
+        controls["the random init's best head"] = init
+    _, words = verdict(best, controls, "higher")
+    return f"- Segmentation (layer {layer}): the best head's IoU: {words}."
+
+
+def _coherence(mine: Mapping[str, Any], random: float | None, initial: Mapping[str, Any] | None) -> str | None:
+    coherence = mine["head_coherence"]
+    if coherence is None or random is None:
+        return None
+    seeds = _seeds(initial or {}, "head_coherence")
+    controls = [random, *seeds]
+    side = _either_way(coherence, controls)
+    said = f"{coherence:.3f}; random subspaces {random:.3f}" + (f", random init {_span(seeds)}" if seeds else "")
+    if side is None:
+        return f"- Head subspaces: not a finding: coherence within its controls ({said})."
+    return f"- Head subspaces: {'more' if side == 'higher' else 'less'} coherent than every control ({said})."
+
+
+def _probe(
+    mine: Mapping[str, Any], initial: Mapping[str, Any] | None, classes: int | None, images: int | None
+) -> str | None:
+    """The last layer's probe against the random init's last layer, layer 0 and chance; a control within two
+    binomial standard errors of the probe's accuracy on its ``images`` validation images reaches it."""
+    probes = mine["probes"]
+    if not probes:
+        return None
+    p = probes[-1]
+    margin = 2 * float(np.sqrt(p * (1 - p) / images)) if images else 0.0
+    controls: dict[str, float | list[float]] = {}
+    init = [seed["probes"][-1] for seed in (initial or {}).get("per_seed") or [] if seed.get("probes")]
+    if init:
+        controls["the random init's last layer"] = init
+    if len(probes) > 1:
+        controls["layer 0"] = probes[0]
+    if classes:
+        controls["chance"] = 1 / classes
+    _, words = verdict(p, controls, "higher", margin=margin, noise=f"the noise of {images} images")
+    return f"- Linear probe of the last layer: {words}."
+
+
+def plain_verdicts(label: str, result: Mapping[str, Any]) -> list[str]:
+    """One sentence per figure family, each read against its controls by :func:`verdict` or the same rule."""
+    lines = [f"**`{label}`**", ""]
+    controls = result.get("controls") or {}
+    initial = controls.get("random_init")
+    mine = verdict_figures(result, result.get("linear_probe_accuracy"))
+    summary = (controls.get("compression") or {}).get("official")
+    sentences = [_compression(summary, initial) if summary else None]
+    if initial:
+        sentences += [_sparsity(mine, initial), _attention(mine, initial)]
+    sentences += [
+        _segmentation(mine, initial),
+        _coherence(mine, result["geometry"].get("random_head_coherence"), initial),
+        _probe(mine, initial, result.get("probe_classes"), (result.get("sampled_images") or {}).get("val")),
+    ]
+    return lines + [sentence for sentence in sentences if sentence] + [""]
