@@ -37,6 +37,15 @@ the attention step, its trained output projection absorbs it; 0.1 is the step si
 a 10% shrink). Its size is its own, not the trained update's. ``subspace_output`` is the step the report
 called "theory step" before: the attention term alone, no shrink, at the trained update's norm.
 
+The whole objective. CRATE's layers are derived from the sparse rate reduction R(Z) - R^c(Z | U) - lambda
+||Z||_1, not from R^c alone, and a shared update that aligns unit-norm tokens lowers R^c and R together. So
+the same responses are measured for each term of :data:`TERMS` (the term is an argument of one code path):
+R^c (the attention step should lower it), R (the expansion term) and R - R^c (the rate reduction, which the
+step should raise). Per direction and term, the alignment is the cosine, per image, between the direction and
+the term's improving direction at Z (-grad R^c, +grad R, +grad (R - R^c), through LN): 1 for the gradient step
+(``gradient_step``, the improving direction scaled to ||Delta||_F), 0 in expectation for the nulls, with a
+spread of about 1/sqrt(N d) for the i.i.d. null; a first-order figure that the update's size cannot fake.
+
 The two subspace steps exist only for attentions whose maps are softmax scores of the same projection U
 (``shared_query_key``: CRATE, CRATE-alpha); a ViT's "U" is its query projection, which no theory steps along,
 and ToST has no token-by-token maps: None there.
@@ -45,14 +54,15 @@ and ToST has no token-by-token maps: None there.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from crate.layers.trace import BlockTrace
 
-from .functional import PAPER_EPS, Convention, compression_rate, default_eps
+from .functional import PAPER_EPS, Convention, coding_rate, compression_rate, default_eps
 
 __all__ = [
     "DIRECTIONS",
@@ -60,6 +70,7 @@ __all__ = [
     "NULL_SEED",
     "NULLS",
     "STEP_FRACTIONS",
+    "TERMS",
     "THEORY_STEP_SIZE",
     "LayerResponse",
     "compression_responses",
@@ -82,8 +93,28 @@ DIRECTIONS: dict[str, str] = {
     "iid_null": "i.i.d. Gaussian noise per token and channel, at ||Delta||_F per image",
     "subspace_output": "sum_k (A_k W_k) U_k^T at ||Delta||_F: the heads' outputs through U_[K], no shrink term",
     "theory_step": "kappa gamma (gamma sum_k (A_k W_k) U_k^T - sum_k W_k U_k^T): the MSSA step with its shrink term",
+    "gradient_step": "the term's improving direction at Z (its gradient, signed), at ||Delta||_F",
 }
 NULLS = ("shared_null", "iid_null")
+# term: (what it is, the sign of the direction that improves it: +1 raise, -1 lower)
+TERMS: dict[str, tuple[str, float]] = {
+    "compression": ("R^c(LN(Z) | U), lowered by a compressing step", -1.0),
+    "expansion": ("R(LN(Z)), the coding rate of all tokens, raised by the objective", 1.0),
+    "rate_reduction": ("R(LN(Z)) - R^c(LN(Z) | U), raised by the objective", 1.0),
+}
+
+
+def objective_term(
+    term: str, U: torch.Tensor, eps: float, convention: Convention
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The per-image value (B,) of a term of :data:`TERMS` on normalised tokens (B, N, d)."""
+    if term == "compression":
+        return lambda Y: compression_rate(Y, U, eps, convention)
+    if term == "expansion":
+        return lambda Y: coding_rate(Y, eps, convention)
+    if term == "rate_reduction":
+        return lambda Y: coding_rate(Y, eps, convention) - compression_rate(Y, U, eps, convention)
+    raise ValueError(f"term must be one of {sorted(TERMS)}, got {term!r}")
 
 
 def subspace_output(attention: torch.Tensor, values: torch.Tensor, subspaces: torch.Tensor) -> torch.Tensor:
@@ -118,7 +149,8 @@ def _matched(direction: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
 def update_directions(
     trace: BlockTrace, subspace_steps: bool, draws: int = NULL_DRAWS, generator: torch.Generator | None = None
 ) -> dict[str, torch.Tensor | None]:
-    """Per direction of :data:`DIRECTIONS`: the update (D, B, N, d) in float64, D = ``draws`` for the nulls
+    """Per direction of :data:`DIRECTIONS` but the gradient step (which depends on the term measured): the
+    update (D, B, N, d) in float64, D = ``draws`` for the nulls
     and 1 otherwise; the two subspace steps None unless ``subspace_steps`` and the trace holds maps."""
     z_in = trace.z_in.to(torch.float64)
     delta = trace.z_half.to(torch.float64) - z_in
@@ -145,15 +177,18 @@ def update_directions(
 
 @dataclass
 class LayerResponse:
-    """One layer's controls, per sample, float64: ``before`` (B,) is R^c(LN(Z) | U); per direction (None where
-    it does not exist) ``change`` (F, D, B) at each of the step ``fractions``, ``slope`` (D, B) the derivative
-    at t = 0 of R^c(LN(Z + t delta) | U), ``relative_norm`` (D, B) = ||delta||_F / ||Z||_F."""
+    """One layer's controls on one term f (:data:`TERMS`), per sample, float64: ``before`` (B,) is f(LN(Z)); per
+    direction (None where it does not exist) ``change`` (F, D, B) at each of the step ``fractions``, ``slope``
+    (D, B) the derivative at t = 0 of f(LN(Z + t delta)), ``relative_norm`` (D, B) = ||delta||_F / ||Z||_F and
+    ``alignment`` (D, B) the cosine of delta with f's improving direction at Z."""
 
     fractions: tuple[float, ...]
     before: torch.Tensor
     change: dict[str, torch.Tensor | None]
     slope: dict[str, torch.Tensor | None]
     relative_norm: dict[str, torch.Tensor | None]
+    alignment: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    term: str = "compression"
 
 
 def _norm_of(block: nn.Module) -> nn.Module:
@@ -164,14 +199,11 @@ def _norm_of(block: nn.Module) -> nn.Module:
 
 
 def _response(
-    norm: nn.Module, z: torch.Tensor, delta: torch.Tensor, U: torch.Tensor, eps: float, convention: Convention,
+    rate: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor, delta: torch.Tensor,
     fractions: tuple[float, ...], before: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(F, D, B) changes and (D, B) slopes, one draw at a time (a (D B, N, d) float64 batch would be
-    hundreds of megabytes, and fresh memory of that size costs more than the arithmetic)."""
-
-    def rate(points: torch.Tensor) -> torch.Tensor:  # (B, N, d) -> (B,)
-        return compression_rate(norm(points), U, eps, convention)
+    """(F, D, B) changes and (D, B) slopes of ``rate`` ((B, N, d) -> (B,)), one draw at a time (a (D B, N, d)
+    float64 batch would be hundreds of megabytes, and fresh memory of that size costs more than the arithmetic)."""
 
     changes, slopes = [], []
     for step in delta:
@@ -184,6 +216,20 @@ def _response(
     return torch.stack(changes, dim=1), torch.stack(slopes)
 
 
+def improving_direction(rate: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor, sign: float) -> torch.Tensor:
+    """``sign`` times the gradient of ``rate`` ((B, N, d) -> (B,)) at z: the direction that improves the term."""
+    with torch.enable_grad():
+        point = z.detach().clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(rate(point).sum(), point)
+    return sign * gradient
+
+
+def alignment(delta: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """Cosine per image between updates (D, B, N, d) and a direction (B, N, d): (D, B)."""
+    flat, target = delta.flatten(2), direction.flatten(1)[None]
+    return (flat * target).sum(-1) / (flat.norm(dim=-1) * target.norm(dim=-1)).clamp_min(1e-300)
+
+
 def compression_responses(
     blocks: nn.Sequential,
     traces: list[BlockTrace],
@@ -192,34 +238,45 @@ def compression_responses(
     fractions: tuple[float, ...] = STEP_FRACTIONS,
     draws: int = NULL_DRAWS,
     seed: int = NULL_SEED,
+    term: str = "compression",
 ) -> list[LayerResponse]:
-    """Per layer, the compression change along every direction of :data:`DIRECTIONS` at ``fractions`` of the
-    step and its slope at 0 (module docstring); ``traces`` must hold the attention maps (``trace_model(...,
+    """Per layer, the change of a term of :data:`TERMS` (default R^c) along every direction of
+    :data:`DIRECTIONS` at ``fractions`` of the step, its slope at 0 and each direction's alignment with the
+    term's improving direction (module docstring); ``traces`` must hold the attention maps (``trace_model(...,
     attention=True)``) for the subspace steps. The nulls' draws come from one generator seeded with ``seed``."""
     if draws < 2:
         raise ValueError(f"draws must be at least 2 (the nulls' spread is over draws), got {draws}")
+    if term not in TERMS:
+        raise ValueError(f"term must be one of {sorted(TERMS)}, got {term!r}")
     eps = default_eps(convention) if eps is None else eps
     generator = torch.Generator().manual_seed(seed)
     layers = []
     for block, trace in zip(blocks, traces, strict=True):
         norm = _norm_of(block)
         z = trace.z_in.to(torch.float64)
-        U = trace.subspaces.to(torch.float64)
+        objective = objective_term(term, trace.subspaces.to(torch.float64), eps, convention)
+
+        def rate(points: torch.Tensor, norm: nn.Module = norm, objective=objective) -> torch.Tensor:
+            return objective(norm(points))
+
         with torch.no_grad():
-            before = compression_rate(norm(z), U, eps, convention)
+            before = rate(z)
         subspace_steps = bool(getattr(getattr(block, "attn", None), "shared_query_key", False))
         directions = update_directions(trace, subspace_steps, draws, generator)
-        response = LayerResponse(fractions=tuple(fractions), before=before, change={}, slope={}, relative_norm={})
+        improving = improving_direction(rate, z, TERMS[term][1])
+        norms = (trace.z_half.to(torch.float64) - z).flatten(1).norm(dim=1)
+        directions["gradient_step"] = _matched(improving[None], norms)
+        response = LayerResponse(tuple(fractions), before, {}, {}, {}, {}, term)
         z_norm = z.flatten(1).norm(dim=1)
         for name, delta in directions.items():
             if delta is None:
                 response.change[name] = response.slope[name] = response.relative_norm[name] = None
+                response.alignment[name] = None
                 continue
             delta = delta.to(z.device)
-            response.change[name], response.slope[name] = _response(
-                norm, z, delta, U, eps, convention, fractions, before
-            )
+            response.change[name], response.slope[name] = _response(rate, z, delta, fractions, before)
             response.relative_norm[name] = delta.flatten(2).norm(dim=-1) / z_norm
+            response.alignment[name] = alignment(delta, improving)
         layers.append(response)
     return layers
 
@@ -233,12 +290,14 @@ def _over_draws(per_draw: torch.Tensor) -> tuple[float, float | None]:
 def summarise_responses(layers: list[LayerResponse]) -> dict:
     """Per direction, per layer, means over the images (then mean and spread over the nulls' draws):
     ``change`` (per layer, a list over the step fractions), ``change_spread`` (None for one draw), ``slope``,
-    ``slope_spread``, ``relative_norm``; all None for a direction the layer does not have. With ``before``
-    per layer and the step ``fractions`` the responses were measured at."""
+    ``slope_spread``, ``alignment``, ``alignment_spread``, ``relative_norm``; all None for a direction the layer
+    does not have. With ``before`` per layer, the ``term`` and the step ``fractions`` measured at."""
     fractions = layers[0].fractions
     summary: dict = {"fractions": list(fractions), "before": [float(layer.before.mean()) for layer in layers]}
+    summary["term"] = layers[0].term
     for name in DIRECTIONS:
-        entry: dict[str, list] = {key: [] for key in ("change", "change_spread", "slope", "slope_spread")}
+        keys = ("change", "change_spread", "slope", "slope_spread", "alignment", "alignment_spread")
+        entry: dict[str, list] = {key: [] for key in keys}
         entry["relative_norm"] = []
         for layer in layers:
             change, slope = layer.change[name], layer.slope[name]
@@ -253,6 +312,10 @@ def summarise_responses(layers: list[LayerResponse]) -> dict:
             entry["slope"].append(slope_mean)
             entry["slope_spread"].append(slope_spread)
             entry["relative_norm"].append(float(layer.relative_norm[name].mean()))
+            aligned = layer.alignment.get(name)
+            mean, spread = _over_draws(aligned.mean(dim=-1)) if aligned is not None else (None, None)
+            entry["alignment"].append(mean)
+            entry["alignment_spread"].append(spread)
         summary[name] = entry
     return summary
 
