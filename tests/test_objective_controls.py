@@ -137,3 +137,30 @@ def test_each_nulls_alignment_has_its_derived_spread() -> None:
     assert float(iid_cos.std()) == pytest.approx(iid_sd, rel=0.06)
     assert float(shared_cos.std()) == pytest.approx(shared_sd, rel=0.06)
     assert shared_sd > iid_sd  # a g with a token-mean part: the shared null can align more than the i.i.d. one
+
+
+def test_the_ista_step_on_its_own_objective_against_a_float64_transcription() -> None:
+    from crate.metrics.sparse_controls import sparse_coding_responses, summarise_sparse
+
+    model, traces = _model_and_traces(depth=2, images=2)
+    layers = sparse_coding_responses(model.blocks, traces, draws=3, seed=0)
+    for block, trace, response in zip(model.blocks, traces, layers, strict=True):
+        y, code = trace.mlp_input.double().numpy(), trace.sparse_code.double().numpy()
+        D, lam = block.ista.weight.detach().double().numpy(), block.ista.lambd
+
+        def lasso(x: np.ndarray, y=y, D=D, lam=lam) -> np.ndarray:  # per image, mean over tokens
+            per_token = lam * np.abs(x).sum(-1) + 0.5 * ((y - np.einsum("dm,bnm->bnd", D, x)) ** 2).sum(-1)
+            return per_token.mean(-1)
+
+        np.testing.assert_allclose(response.before.numpy(), lasso(y), rtol=1e-10)
+        np.testing.assert_allclose(response.change["trained"][0].numpy(), lasso(code) - lasso(y), rtol=1e-9)
+        torch.testing.assert_close(response.alignment["descent_step"], torch.ones(1, 2, dtype=torch.float64))
+        descent = -(lam * np.sign(y) + (y @ D.T - y) @ D)  # minus a subgradient of the LASSO at x_0 = y
+        step = code - y
+        cosine = (step * descent).sum((1, 2)) / (
+            np.linalg.norm(step.reshape(2, -1), axis=1) * np.linalg.norm(descent.reshape(2, -1), axis=1)
+        )
+        np.testing.assert_allclose(response.alignment["trained"][0].numpy(), cosine, rtol=1e-9)
+    summary = summarise_sparse(layers)
+    assert summary["trained"]["change"][0] == pytest.approx(float(layers[0].change["trained"].mean()))
+    assert summarise_sparse([None, None]) is None

@@ -100,3 +100,46 @@ def test_sparsity_within_the_seeds_is_not_a_finding() -> None:
     seeds = [_figures(zeros=0.55), _figures(zeros=0.63)]
     assert "not a finding" in _line(plain_verdicts("m", _result(_figures(zeros=0.6), seeds)), "- Sparsity")
     assert "denser" in _line(plain_verdicts("m", _result(_figures(zeros=0.4), seeds)), "- Sparsity")
+
+
+def _term_summary(trained: float, shared: float, iid: float, aligned: float, null_aligned: float) -> dict[str, Any]:
+    """A one-layer summary of one term as ``summarise_responses`` gives it (full step only)."""
+
+    def entry(change: float, spread: float | None, cosine: float, cosine_spread: float | None) -> dict[str, Any]:
+        return {
+            "change": [[change]],
+            "change_spread": [[spread]],
+            "alignment": [cosine],
+            "alignment_spread": [cosine_spread],
+        }
+
+    return {
+        "fractions": [1.0],
+        "before": [10.0],
+        "trained": entry(trained, None, aligned, None),
+        "shared_null": entry(shared, 0.1, null_aligned, 0.01),
+        "iid_null": entry(iid, 0.1, 0.0, 0.01),
+    }
+
+
+def _sparse(trained: float, null: float) -> dict[str, Any]:
+    entry = {"change": [trained], "change_spread": [None]}
+    nulls = {"change": [null], "change_spread": [0.01]}
+    return {"trained": entry, "shared_null": nulls, "iid_null": nulls}
+
+
+@pytest.mark.parametrize(
+    "trained, shared, aligned, ista, finding",
+    [(2.0, 22.8, 0.01, -0.5, False), (9.0, 3.0, 0.40, -0.5, True)],
+)
+def test_the_whole_objective_verdict_reads_the_step_against_its_nulls(trained, shared, aligned, ista, finding) -> None:
+    from crate.interpret.objective_table import objective_layer_verdicts, objective_verdict_lines
+
+    controls = {
+        "objective": {"rate_reduction": _term_summary(trained, shared, 1.0, aligned, 0.0)},
+        "sparse_coding": _sparse(ista, -0.1),
+    }
+    verdicts = objective_layer_verdicts(controls)
+    assert verdicts == [{"rate_reduction": finding, "alignment": finding, "ista": True}]
+    lines = objective_verdict_lines(controls)
+    assert ("not a finding" in lines[0]) is not finding and "1 of 1 layers" in lines[1]

@@ -29,6 +29,7 @@ from .compression_table import (
 )
 from .evaluate import class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
+from .objective_table import objective_table
 from .segmentation import attention_masks, foreground_patches
 from .verdicts import plain_verdicts
 
@@ -402,6 +403,19 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         _controls_text(results),
         "",
         compression_controls_table(results),
+        "",
+        "## The whole objective",
+        "",
+        "CRATE's layers are derived from the sparse rate reduction R(Z) - R^c(Z | U) - lambda ||Z||_1, not from"
+        " R^c alone: a shared update that aligns unit-norm tokens lowers R^c and R together. Per layer, the"
+        " full-step change of R^c, R and R - R^c (official convention, on LN(Z)) along the trained attention step;"
+        " of R - R^c also along the nulls (mean ± sd over their draws), the theory's MSSA step and the objective's"
+        " own gradient step at the trained step's norm; each direction's cosine with grad (R - R^c) at Z (1 for"
+        " the gradient step, about 0 for the nulls); and the ISTA step's change of its LASSO objective"
+        " lambda ||x||_1 + 1/2 ||y - D x||^2 (mean over tokens) beside nulls of its size and the LASSO's own"
+        " descent step. A step beats a null when it lies beyond the null's mean by 2 sd in the improving direction.",
+        "",
+        objective_table(results),
         "",
         *_representatives_section(results),
         "## Lenses on attention",

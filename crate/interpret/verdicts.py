@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .compression_table import layer_verdicts
+from .objective_table import objective_verdict_lines
 
 __all__ = ["plain_verdicts", "verdict", "verdict_figures"]
 
@@ -200,7 +201,7 @@ def plain_verdicts(label: str, result: Mapping[str, Any]) -> list[str]:
     initial = controls.get("random_init")
     mine = verdict_figures(result, result.get("linear_probe_accuracy"))
     summary = (controls.get("compression") or {}).get("official")
-    sentences = [_compression(summary, initial) if summary else None]
+    sentences = [_compression(summary, initial) if summary else None, *objective_verdict_lines(controls)]
     if initial:
         sentences += [_sparsity(mine, initial), _attention(mine, initial)]
     sentences += [

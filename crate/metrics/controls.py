@@ -140,7 +140,7 @@ def theory_step(
     return step_size * (gamma * subspace_output(attention, values, subspaces) - shrink)
 
 
-def _matched(direction: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+def matched_norm(direction: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     """``direction`` (D, B, N, d) scaled to the Frobenius norm ``norms`` (B,) per image."""
     own = direction.flatten(2).norm(dim=-1).clamp_min(1e-300)
     return direction * (norms / own)[..., None, None]
@@ -162,14 +162,14 @@ def update_directions(
         "trained": delta[None],
         "negated": -delta[None],
         "mean_removed": (delta - delta.mean(dim=1, keepdim=True))[None],
-        "shared_null": _matched(shared, norms),
-        "iid_null": _matched(noise, norms),
+        "shared_null": matched_norm(shared, norms),
+        "iid_null": matched_norm(noise, norms),
         "subspace_output": None,
         "theory_step": None,
     }
     if subspace_steps and trace.attention is not None and trace.values is not None:
         output = subspace_output(trace.attention, trace.values, trace.subspaces)
-        directions["subspace_output"] = _matched(output[None], norms)
+        directions["subspace_output"] = matched_norm(output[None], norms)
         step = theory_step(trace.attn_input, trace.subspaces, trace.attention)
         directions["theory_step"] = step[None]
     return directions
@@ -265,7 +265,7 @@ def compression_responses(
         directions = update_directions(trace, subspace_steps, draws, generator)
         improving = improving_direction(rate, z, TERMS[term][1])
         norms = (trace.z_half.to(torch.float64) - z).flatten(1).norm(dim=1)
-        directions["gradient_step"] = _matched(improving[None], norms)
+        directions["gradient_step"] = matched_norm(improving[None], norms)
         response = LayerResponse(tuple(fractions), before, {}, {}, {}, {}, term)
         z_norm = z.flatten(1).norm(dim=1)
         for name, delta in directions.items():
