@@ -29,6 +29,7 @@ import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
 from crate.interpret.controls import compression_control_curves, initialised
+from crate.interpret.objective_table import objective_table, objective_verdict_lines
 from crate.metrics import trace_model
 from crate.metrics.representatives import representative_compression
 from crate.run import resolve_data
@@ -70,15 +71,26 @@ def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, A
     }
 
 
+def _as_controls(measured: dict[str, Any]) -> dict[str, Any]:
+    """A tag's measurements in the shape of a report's ``controls`` (what the report's tables read)."""
+    return {
+        "compression": measured,
+        "objective": measured.get("objective"),
+        "sparse_coding": measured.get("sparse_coding"),
+    }
+
+
 def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, date: str) -> str:
     first = next(iter(results.values()))
-    verdicts = []
+    verdicts, objective = [], []
     for tag, result in results.items():
         for which in ("trained", "random_init"):
             label = tag if which == "trained" else f"{tag} (random init)"
             verdicts.append(f"- `{label}`: {compression_verdict(result[which]['official'])}.")
+            whole = objective_verdict_lines(_as_controls(result[which]))
+            objective += [f"- `{label}`:", *(f"  {line}" for line in whole)] if whole else []
     as_report = {
-        (tag if which == "trained" else f"{tag} (random init)"): {"controls": {"compression": result[which]}}
+        (tag if which == "trained" else f"{tag} (random init)"): {"controls": _as_controls(result[which])}
         for tag, result in results.items()
         for which in ("trained", "random_init")
     }
@@ -128,6 +140,25 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
             "",
             compression_controls_table(as_report),
             "",
+            *(
+                [
+                    "## The whole objective",
+                    "",
+                    "R^c alone cannot tell compression from collapse: on unit-norm tokens a shared update lowers R^c"
+                    " and R together. Here each attention step is read on R - R^c (official convention, on LN(Z)),"
+                    " beside the nulls, the theory's MSSA step and the objective's own gradient step at the update's"
+                    " norm, with each direction's cosine with grad (R - R^c); and each ISTA step on its LASSO"
+                    " objective beside nulls of its size and the LASSO's descent step. A step beats a null when it"
+                    " lies beyond the null's mean by 2 sd in the improving direction.",
+                    "",
+                    *objective,
+                    "",
+                    objective_table(as_report),
+                    "",
+                ]
+                if objective
+                else []
+            ),
             *(reps_section if reps else []),
         ]
     )

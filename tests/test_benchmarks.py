@@ -359,5 +359,7 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     init = saved["crate_nano_patch4_32.cifar10"]["random_init"]["official"]
     assert init["trained"]["slope"] != crate_summary["trained"]["slope"]
     text = out.read_text()
-    assert "`crate_nano_patch4_32.cifar10 (random init)`" in text and text.count("| `vit_nano") == 8
+    assert "`crate_nano_patch4_32.cifar10 (random init)`" in text
+    # a row per layer and model (trained and random init) in the R^c table and in the whole-objective table
+    assert text.count("| `vit_nano") == 16 and "## The whole objective" in text and "Rate reduction R - R^c" in text
     assert controls_table.rendered_from_json(out) == text
