@@ -33,6 +33,7 @@ import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data
 from crate.interpret.compression_table import NULL_MARGIN
 from crate.interpret.evaluate import layer_features, layerwise_curves, linear_probe, operator_geometry
+from crate.interpret.objective_table import objective_layer_verdicts
 from crate.metrics import trace_model
 from crate.metrics.controls import full_step
 from crate.models import CheckpointError, read_checkpoint
@@ -62,7 +63,8 @@ def measure(path: Path, images: int, probe_images: int, overrides: dict[str, Any
     data = load_data(resolve_data(None, recorded, overrides), model, limit=max(images, probe_images))
     sample = data.val_images[:images]
     torch.manual_seed(0)  # the nulls' draws: the same for every snapshot
-    controls = controls_of(model, sample)["official"]
+    measured = controls_of(model, sample)
+    controls = measured["official"]
     with torch.no_grad():
         traces = trace_model(model.eval(), sample)
     curves = layerwise_curves(traces, EPS["official"], "official", 0.1)
@@ -80,6 +82,8 @@ def measure(path: Path, images: int, probe_images: int, overrides: dict[str, Any
         "images": len(sample),
         "val_accuracy": accuracy,
         "controls": controls,
+        "objective": measured.get("objective"),
+        "sparse_coding": measured.get("sparse_coding"),
         "Rc_raw_before_attention": curves["Rc_raw_before_attention"],
         "sparsity_of_code": curves["sparsity_of_code"],
         "mean_head_coherence": geometry["mean_head_coherence"],
@@ -90,6 +94,8 @@ def measure(path: Path, images: int, probe_images: int, overrides: dict[str, Any
 def layer_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """Per layer of a snapshot: the full-step changes and slopes the verdicts and figures read."""
     summary = entry["controls"]
+    whole = entry.get("objective")
+    judged = objective_layer_verdicts(entry) if whole else None
     rows = []
     for layer in range(len(summary["before"])):
         row = {key: full_step(summary, key)[layer] for key in ("trained", "negated", "mean_removed", "shared_null")}
@@ -104,6 +110,13 @@ def layer_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
         for key in ("Rc_raw_before_attention", "sparsity_of_code", "mean_head_coherence", "linear_probe"):
             values = entry.get(key) or []
             row[key] = values[layer] if layer < len(values) else None
+        if judged is not None:  # the whole objective: R - R^c and its alignment, the ISTA step on its LASSO
+            rate = whole["rate_reduction"]
+            row["rr_trained"] = full_step(rate, "trained")[layer]
+            row["rr_shared"] = full_step(rate, "shared_null")[layer]
+            row["rr_iid"] = full_step(rate, "iid_null")[layer]
+            row["rr_alignment"] = rate["trained"]["alignment"][layer]
+            row.update({f"{key}_beyond_nulls": value for key, value in judged[layer].items()})
         rows.append(row)
     return rows
 
@@ -129,16 +142,36 @@ def verdicts(snapshots: list[dict[str, Any]]) -> list[str]:
         if first_code is not None and last_code is not None:
             text += f"; code zeros {first_code:.3f} at step {snapshots[0]['step']} -> {last_code:.3f} at the last"
         lines.append(f"- layer {layer}: the trained attention step is {text}.")
+        if "rate_reduction_beyond_nulls" in snapshots[-1]["rows"][layer]:
+            lines.append(f"  On the whole objective: {_whole_objective(snapshots, layer)}.")
     return lines
+
+
+def _whole_objective(snapshots: list[dict[str, Any]], layer: int) -> str:
+    """How often the layer's steps beat both nulls on R - R^c, on alignment, and (ISTA) on the LASSO objective."""
+    parts = []
+    for key, what in (
+        ("rate_reduction", "raises R - R^c beyond both nulls"),
+        ("alignment", "aligns with grad (R - R^c) beyond both nulls"),
+        ("ista", "the ISTA step lowers its LASSO objective beyond both nulls"),
+    ):
+        values = [s["rows"][layer].get(f"{key}_beyond_nulls") for s in snapshots]
+        if all(v is None for v in values):
+            continue
+        count = sum(bool(v) for v in values)
+        last = "yes" if values[-1] else "no"
+        parts.append(f"{what} in {count}/{len(snapshots)} snapshots (at the last: {last})")
+    return "; ".join(parts)
 
 
 def markdown(result: dict[str, Any]) -> str:
     snapshots = result["snapshots"]
     head = (
         "| step | epoch | val acc | layer | trained | negated | no mean | shared null | i.i.d. null | theory "
-        "| slope (trained / theory) | beyond shared null | raw R^c | code zeros | head coherence | probe |"
+        "| slope (trained / theory) | beyond shared null | raw R^c | code zeros | head coherence | probe "
+        "| Δ(R - R^c): trained | shared null | i.i.d. null | cos with ∇(R - R^c) |"
     )
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 20]
 
     def cell(value: Any, digits: int = 2, sign: str = "+") -> str:
         return "-" if value is None else f"{value:{sign}.{digits}f}" if isinstance(value, float) else str(value)
@@ -153,7 +186,8 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{cell(row['theory'])} | {cell(row['trained_slope'])} / {cell(row['theory_slope'])} | "
                 f"{'yes' if row['beyond_shared_null'] else 'no'} | {cell(row['Rc_raw_before_attention'], 1, '')} | "
                 f"{cell(row['sparsity_of_code'], 3, '')} | {cell(row['mean_head_coherence'], 3, '')} | "
-                f"{cell(row['linear_probe'], 3, '')} |"
+                f"{cell(row['linear_probe'], 3, '')} | {cell(row.get('rr_trained'))} | {cell(row.get('rr_shared'))} | "
+                f"{cell(row.get('rr_iid'))} | {cell(row.get('rr_alignment'), 3)} |"
             )
     first = snapshots[0]
     return "\n".join(
