@@ -70,6 +70,11 @@ def card_markdown(card: dict[str, Any]) -> str:
         if encoder
         else f"- validation accuracy, measured on this file at export: {accuracy_line}"
     )
+    if card.get("test_accuracy") is not None:
+        measured += (
+            f"\n- test top-1 (the data's official test split, scored once after this file was chosen on val, "
+            f"through timm's evaluation transform): **{card['test_accuracy']:.4f}** on {card['test_images']:,} images"
+        )
     baseline = card.get("classical_baseline")
     if baseline:  # only where the run measured it: cards of earlier runs stay as they were
         measured += (

@@ -1,6 +1,7 @@
 """Accuracy of every shipped pretrained tag on its dataset's evaluation split, in timm's results format.
 
-    python -m crate.results            # writes results/results-<dataset>.csv
+    python -m crate.results                 # writes results/results-<dataset>.csv (the val split)
+    python -m crate.results --split test    # results/results-<dataset>-test.csv, and the test figure on each card
 
 (also ``make results``). A shipped tag is a zoo tag whose weights lie in the installed package
 (``checkpoints/``); each is evaluated on the validation split of the data config its file records, with the
@@ -9,24 +10,37 @@ model built by ``timm.create_model(tag, pretrained=True)``. Encoders (tags with 
 Columns as timm's ``validate.py`` writes them:
 model, img_size, top1, top1_err, top5, top5_err (percent), param_count (millions), crop_pct, interpolation;
 rows by top-1, best first. Tags whose weights live on a hub are not evaluated here (no network).
+
+``--split test`` scores each tag on the ``test/`` folder beside its recorded data (CIFAR-10's official test
+split: ``make cifar10-data`` extracts it) exactly as a user of timm would: ``torchvision``'s ``ImageFolder``
+with ``timm.data.create_transform(**resolve_data_config({}, model=model))``. Tags are chosen on val; the test
+figure is measured once, after the choice, and written beside the val figure on each card (``--no-cards``:
+only the CSV).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import timm
+import timm.data
+import torch
+from torch.utils.data import Dataset
+from torchvision.datasets import ImageFolder
 
 import crate.models  # noqa: F401  (registers the zoo)
+from crate.model_card import card_markdown
 from crate.models import read_checkpoint
 from crate.run import held_out_set, held_out_topk
+from crate.run.held_out import check_label_names
 
-__all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "shipped_tags"]
+__all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "record_on_card", "shipped_tags", "timm_test_set"]
 
 COLUMNS = ("model", "img_size", "top1", "top1_err", "top5", "top5_err", "param_count", "crop_pct", "interpolation")
 
@@ -65,13 +79,36 @@ def dataset_name(data_config: dict[str, Any]) -> str:
     return kind
 
 
-def evaluate_tag(tag: str) -> tuple[str, dict[str, Any]]:
-    """(dataset name, the tag's row) on the validation split its file records."""
+def timm_test_set(root: Path, model: torch.nn.Module) -> Dataset:
+    """``root/test`` as ``ImageFolder`` with the model's own timm evaluation transform; refused where the folder
+    is missing or its classes are not the model's."""
+    folder = Path(root) / "test"
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no test split at {folder}: put the test images in {folder}/<class>/ (for CIFAR-10: make cifar10-data)"
+        )
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    dataset = ImageFolder(str(folder), transform=transform)
+    check_label_names(model, dataset.classes, str(folder))
+    return dataset
+
+
+def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(dataset name, the tag's row) on the validation split its file records, or with ``split="test"`` on the
+    ``test/`` folder beside that data (``data_root``: where it lies now)."""
     model = timm.create_model(tag, pretrained=True).eval()
     held = read_checkpoint(model.pretrained_cfg["file"])
     if held.data_config is None:
         raise ValueError(f"{tag}: its file records no data config; re-export it with crate.export")
-    accuracy = held_out_topk(model, held_out_set(held.data_config, model), (1, 5))
+    if split == "test":
+        root = data_root or (held.data_config.get("init_args") or {}).get("root")
+        if root is None:
+            raise FileNotFoundError(f"{tag}: its data ({held.data_config['class_path']}) has no test folder")
+        dataset = timm_test_set(Path(root), model)
+    else:
+        overrides = {"root": data_root} if data_root else None
+        dataset = held_out_set(held.data_config, model, overrides)
+    accuracy = held_out_topk(model, dataset, (1, 5))
     cfg = model.pretrained_cfg
     row = {
         "model": tag,
@@ -83,14 +120,36 @@ def evaluate_tag(tag: str) -> tuple[str, dict[str, Any]]:
         "param_count": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
         "crop_pct": cfg.get("crop_pct"),
         "interpolation": cfg.get("interpolation"),
+        "images": len(dataset),
     }
     return dataset_name(held.data_config), row
+
+
+def _card_folder(tag: str) -> Path:
+    """Where a shipped tag's card lies: beside its weights."""
+    return Path(timm.models.get_pretrained_cfg(tag).file).parent
+
+
+def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
+    """Write the tag's test top-1 into its card (``<cards>/<tag>.json`` and ``.md``); None where it has none."""
+    card_path = cards / f"{tag}.json"
+    if not card_path.is_file():
+        return None
+    card = json.loads(card_path.read_text())
+    card["test_accuracy"] = row["top1"] / 100
+    card["test_images"] = row["images"]
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    card_path.with_suffix(".md").write_text(card_markdown(card))
+    return card_path
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-results", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="results", help="where results-<dataset>.csv are written")
     parser.add_argument("--tags", nargs="*", help="tags to evaluate (default: every shipped tag)")
+    parser.add_argument("--split", choices=("val", "test"), default="val", help="the split scored (default val)")
+    parser.add_argument("--data-root", default=None, help="where the tags' data lies now, if it moved")
+    parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
     args = parser.parse_args(argv)
     tags = args.tags or shipped_tags()
     encoders = [tag for tag in tags if _is_encoder(tag)]
@@ -103,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tag in tags:
         try:
-            dataset, row = evaluate_tag(tag)
+            dataset, row = evaluate_tag(tag, args.split, args.data_root)
         except FileNotFoundError as err:
             if args.tags:  # asked for by name: its data must be here
                 parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
@@ -114,12 +173,15 @@ def main(argv: list[str] | None = None) -> None:
         except (RuntimeError, ValueError) as err:
             parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
         tables[dataset].append(row)
-        print(f"{dataset}: {tag} top1 {row['top1']:.3f}")
+        print(f"{dataset} {args.split}: {tag} top1 {row['top1']:.3f} on {row['images']:,} images")
+        if args.split == "test" and not args.no_cards:
+            record_on_card(tag, row, _card_folder(tag))
+    suffix = "" if args.split == "val" else f"-{args.split}"
     for dataset, rows in tables.items():
-        path = Path(args.out_dir) / f"results-{dataset}.csv"
+        path = Path(args.out_dir) / f"results-{dataset}{suffix}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(sorted(rows, key=lambda r: (-r["top1"], r["model"])))
         print(f"wrote {path} ({len(rows)} models)")

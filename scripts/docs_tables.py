@@ -35,30 +35,49 @@ __all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_t
 DATASET_NAMES = {"digits": "digits (scikit-learn's 8x8 images)", "cifar10": "CIFAR-10 (val 5,000)"}
 
 
+def _test_top1(dataset: str) -> dict[str, str]:
+    """Each tag's top-1 on the data set's official test split (``results-<dataset>-test.csv``), where scored."""
+    path = REPO / "results" / f"results-{dataset}-test.csv"
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as handle:
+        return {row["model"]: row["top1"] for row in csv.DictReader(handle)}
+
+
 def shipped_rows() -> list[dict[str, str]]:
-    """One row per shipped tag, from the results CSVs (best top-1 first within a data set), with the card's
-    parameters and epochs."""
+    """One row per shipped tag, from the results CSVs (within a data set: best test top-1 first where the tags
+    were scored on a test split, else best val top-1), with the card's parameters and epochs."""
     rows = []
     for path in sorted((REPO / "results").glob("results-*.csv")):
         dataset = path.stem.removeprefix("results-")
+        if dataset.endswith("-test"):
+            continue
+        test = _test_top1(dataset)
+        found = []
         with path.open(newline="") as handle:
             for row in csv.DictReader(handle):
                 card_path = REPO / "checkpoints" / f"{row['model']}.json"
                 card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-                rows.append(dict(row, dataset=dataset, parameters=card.get("parameters"), epochs=card.get("epochs")))
+                extra = dict(dataset=dataset, parameters=card.get("parameters"), epochs=card.get("epochs"))
+                found.append(dict(row, test_top1=test.get(row["model"]), **extra))
+        if test:
+            found.sort(key=lambda row: -float(row["test_top1"] or -1))
+        rows += found
     return rows
 
 
 def tags_table(rows: list[dict[str, str]], full: bool, card_prefix: str | None) -> str:
     """Markdown of the shipped tags; ``card_prefix`` links each card (None: the card's path as code)."""
-    head = "| tag | data | parameters | epochs | top-1 | " + ("top-5 | img size | " if full else "") + "card |"
+    head = "| tag | data | parameters | epochs | val top-1 | test top-1 | "
+    head += ("val top-5 | img size | " if full else "") + "card |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         card = f"checkpoints/{row['model']}.md"
         card_cell = f"[card]({card_prefix}{row['model']}.md)" if card_prefix is not None else f"`{card}`"
         parameters = f"{row['parameters']:,}" if isinstance(row["parameters"], int) else f"{row['param_count']} M"
         cells = [f"`{row['model']}`", DATASET_NAMES.get(row["dataset"], row["dataset"]), parameters]
-        cells += [str(row["epochs"] or "-"), f"{float(row['top1']):.2f}"]
+        test = f"{float(row['test_top1']):.2f}" if row.get("test_top1") else "-"
+        cells += [str(row["epochs"] or "-"), f"{float(row['top1']):.2f}", test]
         if full:
             cells += [f"{float(row['top5']):.2f}", row["img_size"]]
         lines.append("| " + " | ".join([*cells, card_cell]) + " |")

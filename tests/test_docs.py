@@ -86,21 +86,30 @@ def test_every_readme_train_command_parses_with_its_settings(tmp_path: Path) -> 
 
 
 def test_the_shipped_tags_table_is_the_results_csvs() -> None:
-    """Independent of the generator: every row of results/*.csv is one row of the README's table, with its
-    top-1 to two decimals, and the table holds nothing else."""
+    """Independent of the generator: every row of results/*.csv is one row of the README's table, with its val
+    top-1 (and its test top-1 where results/*-test.csv scored it) to two decimals, the CIFAR-10 rows sorted by
+    test top-1, and the table holds nothing else."""
     text = README.read_text()
     block = text.split("<!-- table:shipped-tags -->")[1].split("<!-- /table:shipped-tags -->")[0]
     rows = [line for line in block.strip().splitlines()[2:]]
-    expected = {}
+    val, test = {}, {}
     for path in (REPO / "results").glob("results-*.csv"):
         with path.open(newline="") as handle:
-            expected.update({row["model"]: float(row["top1"]) for row in csv.DictReader(handle)})
-    assert len(rows) == len(expected) > 10
+            scored = {row["model"]: float(row["top1"]) for row in csv.DictReader(handle)}
+        (test if path.stem.endswith("-test") else val).update(scored)
+    assert len(rows) == len(val) > 10
+    shown_tests = []
     for line in rows:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         tag = cells[0].strip("`")
-        assert float(cells[4]) == pytest.approx(expected[tag], abs=0.005), tag
+        assert float(cells[4]) == pytest.approx(val[tag], abs=0.005), tag
+        if tag in test:
+            assert float(cells[5]) == pytest.approx(test[tag], abs=0.005), tag
+            shown_tests.append(float(cells[5]))
+        else:
+            assert cells[5] == "-", tag
         assert (REPO / "checkpoints" / f"{tag}.md").is_file()
+    assert shown_tests == sorted(shown_tests, reverse=True)
 
 
 def test_every_generated_table_is_what_its_command_writes() -> None:

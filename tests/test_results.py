@@ -72,10 +72,10 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
 
     real = results.evaluate_tag
 
-    def evaluate(tag: str):
+    def evaluate(tag: str, *args):
         if tag == "vit_nano_patch4_32.digits":  # stands for a CIFAR-10 tag before `make cifar10-data`
             raise FileNotFoundError("ImageFolder root data/cifar10 lacks data/cifar10/train")
-        return real(tag)
+        return real(tag, *args)
 
     monkeypatch.setattr(results, "evaluate_tag", evaluate)
     monkeypatch.setattr(results, "shipped_tags", lambda: ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
@@ -86,3 +86,43 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
     with pytest.raises(SystemExit) as exit_info:
         main(["--out-dir", str(tmp_path), "--tags", "vit_nano_patch4_32.digits"])
     assert exit_info.value.code == 2 and "lacks data/cifar10/train" in capsys.readouterr().err
+
+
+def test_the_test_split_is_scored_through_timm_and_written_on_the_card(tmp_path: Path, monkeypatch) -> None:
+    """A stand-in of CIFAR-10's test folder: the figure equals the accuracy of the model on the images normalised
+    by hand (32 px, crop 1, mean and std 0.5: the tag's own data config), and lands on a copy of the card."""
+    import shutil
+
+    from PIL import Image
+
+    from crate.models.shipped import CIFAR10_CLASSES
+
+    rng = np.random.default_rng(0)
+    labels, pixels = [], []
+    for index, name in enumerate(CIFAR10_CLASSES):
+        (tmp_path / "data" / "test" / name).mkdir(parents=True)
+        for i in range(2):
+            image = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+            Image.fromarray(image).save(tmp_path / "data" / "test" / name / f"{i}.png")
+            labels.append(index)
+            pixels.append(image)
+    tag = "crate_nano_patch4_32.cifar10"
+    model = timm.create_model(tag, pretrained=True).eval()
+    x = torch.tensor(np.stack(pixels), dtype=torch.float32).permute(0, 3, 1, 2) / 255
+    with torch.no_grad():
+        expected = float((model((x - 0.5) / 0.5).argmax(-1) == torch.tensor(labels)).float().mean())
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    source = Path(timm.models.get_pretrained_cfg(tag).file)
+    for suffix in (".json", ".md"):
+        shutil.copy(source.with_suffix(suffix), cards / f"{tag}{suffix}")
+    monkeypatch.setattr("crate.results._card_folder", lambda tag: cards)
+    main(["--tags", tag, "--split", "test", "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path)])
+    with (tmp_path / "results-cifar10-test.csv").open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert float(row["top1"]) == pytest.approx(100 * expected, abs=1e-6)
+    card = json.loads((cards / f"{tag}.json").read_text())
+    assert card["test_accuracy"] == pytest.approx(expected) and card["test_images"] == 20
+    assert f"**{expected:.4f}** on 20 images" in (cards / f"{tag}.md").read_text()
+    with pytest.raises(SystemExit):  # no test folder there: one line, exit 2
+        main(["--tags", tag, "--split", "test", "--data-root", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path)])

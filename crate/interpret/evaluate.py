@@ -230,6 +230,17 @@ def trace_figures(
     }
 
 
+def _split_objective(curves: dict[str, Any]) -> dict[str, Any]:
+    """The control curves as the report reads them: R^c per convention under ``compression``, the other terms
+    under ``objective`` and the ISTA step under ``sparse_coding``."""
+    curves = dict(curves)
+    return {
+        "objective": curves.pop("objective", None),
+        "sparse_coding": curves.pop("sparse_coding", None),
+        "compression": curves,
+    }
+
+
 def figure_controls(
     model: nn.Module,
     data: EvalData,
@@ -259,7 +270,7 @@ def figure_controls(
         uniform = uniform_map(first.attention.shape[1], first.attention.shape[-1], top_k)
     return {
         "random_init": dict(mean_of(initial), init_seeds=list(init_seeds), per_seed=per_seed),
-        "compression": compression_control_curves(model, traces, eps),
+        **_split_objective(compression_control_curves(model, traces, eps)),
         "uniform_map": uniform,
     }
 
