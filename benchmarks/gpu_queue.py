@@ -160,7 +160,7 @@ def _measured(record: dict[str, Any]) -> str:
 
 
 def queue_table(jobs: list[Job] | None = None, results: Path = RESULTS) -> str:
-    """The queue as markdown (docs/gpu.md): each job, its estimate, and what it measured once done."""
+    """The queue as markdown (benchmarks/GPU_JOBS.md): each job, its estimate, and what it measured once done."""
     lines = ["| # | job | what it runs | device s | status | measured |", "|---|---|---|---|---|---|"]
     for index, job in enumerate(jobs if jobs is not None else load_queue(), start=1):
         record_path = results / f"{job.name}.json"

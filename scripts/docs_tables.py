@@ -12,7 +12,7 @@ What it writes, and from what:
 - the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
   (``benchmarks/controls_table.py --from-json``);
-- the GPU queue (``docs/gpu.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the finished jobs'
+- the GPU queue (``benchmarks/GPU_JOBS.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the finished jobs'
   JSONs in ``benchmarks/results/gpu_queue/``.
 The tests run ``--check``: a committed table that differs from what this writes fails them.
 """
@@ -137,7 +137,7 @@ def rendered() -> dict[Path, Callable[[], str]]:
             files[table] = lambda table=table: zoo_table.rendered_from_json(table)
     controls = REPO / "docs" / "controls_cifar10.md"
     files[controls] = lambda: controls_table.rendered_from_json(controls)
-    gpu = REPO / "docs" / "gpu.md"
+    gpu = REPO / "benchmarks" / "GPU_JOBS.md"
     files[gpu] = lambda: _replace_block(gpu.read_text(), "gpu-queue", gpu_queue.queue_table(), gpu)
     return files
 

@@ -86,7 +86,8 @@ def objective_verdict_lines(controls: dict[str, Any]) -> list[str]:
         ista = count("ista")
         lines.append(
             f"- Sparse coding: the ISTA step lowers its LASSO objective beyond both matched-norm nulls in {ista} of "
-            f"{depth} layers{'' if ista else ': not a finding'}."
+            f"{depth} layers{'' if ista else ': not a finding'} (a proximal-gradient step of that objective by "
+            "construction, trained or not: what training adds is read against the LASSO's own descent step)."
         )
     return lines
 
