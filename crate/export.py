@@ -452,8 +452,10 @@ def main(argv: list[str] | None = None) -> None:
             for label, entry in frozen.items()
         )
         measured += f" on {card['val_images']} held-out images)"
-    written = " and ".join(p for p in (args.out, args.hub_dir) if p)
-    print(f"wrote {written} ({card['parameters']:,} parameters{measured}")
+    written = [f"{args.out} (with its card {Path(args.out).with_suffix('.md').name} and .json)"] if args.out else []
+    if args.hub_dir:
+        written.append(f"{args.hub_dir}/ ({', '.join(sorted(p.name for p in Path(args.hub_dir).iterdir()))})")
+    print(f"wrote {' and '.join(written)}; {card['parameters']:,} parameters{measured.rstrip(')')}")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,16 @@ def test_known_noise_is_dropped_by_its_exact_text_and_nothing_else() -> None:
     assert [str(w.message) for w in caught] == ["another deprecation", "`isinstance(treespec, LeafSpec)` is deprecated"]
     assert not kept("💡 Tip: For seamless cloud logging and experiment tracking, try installing ...")
     assert kept("GPU available: False, used: False")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_noise()
+        for message in (
+            "The number of training batches (8) is smaller than the logging interval Trainer(log_every_n_steps=10).",
+            "Checkpoint directory /r/version_0/checkpoints exists and is not empty.",
+            "The dirpath has changed from '/a' to '/b', therefore `best_model_score` ... won't be reloaded.",
+        ):
+            warnings.warn(message, UserWarning)
+    assert [str(w.message)[:21] for w in caught] == ["The dirpath has chang"]  # what a moved run forgets stays
 
 
 def _summary_lines(text: str) -> dict[str, str]:
@@ -162,3 +172,16 @@ def test_the_epoch_training_loss_is_the_mean_of_the_epochs_steps(tmp_path: Path)
         steps = [float(r["train/loss"]) for r in rows if r.get("train/loss") and int(r["epoch"]) == epoch]
         means = [float(r["train/loss_epoch"]) for r in rows if r.get("train/loss_epoch") and int(r["epoch"]) == epoch]
         assert len(steps) == 3 and means == [pytest.approx(sum(steps) / 3, rel=1e-5)], (epoch, steps, means)
+
+
+def test_the_baseline_line_says_when_the_difference_is_within_the_validation_noise() -> None:
+    from crate.lit.run_summary import _noise
+
+    # 0.72 against 0.70 on 150 images: 3 images apart; two standard errors of the difference are about 0.10
+    assert _noise(0.72, {"rbf_svm": 0.70, "logistic": 0.60, "val_images": 150}) == (
+        "; +3 images of 150 against the better baseline, within noise"
+    )
+    assert _noise(0.82, {"rbf_svm": 0.40, "logistic": 0.41, "val_images": 5000}).endswith(
+        "+2050 images of 5,000 against the better baseline, beyond noise"
+    )
+    assert _noise(0.5, {"rbf_svm": 0.4, "logistic": 0.4}) == ""  # an older record without the split's size

@@ -122,3 +122,11 @@ def test_an_unwritable_store_folder_says_to_set_store_dir(tmp_path: Path) -> Non
     blocker.write_text("")
     with pytest.raises(DataError, match=r"--data.store_dir"):
         _setup(tmp_path, store_dir=str(blocker / "stores"))
+
+
+def test_a_refused_folder_keeps_no_empty_store_folder(tmp_path: Path) -> None:
+    write_folder(tmp_path)
+    (tmp_path / "train" / "class_0" / "0.jpg").write_bytes(b"not an image")
+    with pytest.raises(DataError, match=r"cannot read image"):
+        _setup(tmp_path)
+    assert not (tmp_path / ".tensor_store").exists()  # the user's data folder is as it was

@@ -135,11 +135,32 @@ def folder_store(
         raise StoreError(f"no images under {root}")
     fingerprint = folder_fingerprint([path for path, _ in samples], root)
     fingerprint = hashlib.sha256(f"{fingerprint}\0{json.dumps(list(classes))}".encode()).hexdigest()
+    created = not cache.parent.exists()
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(cache) + ".lock")
     except OSError as err:
         raise StoreError(f"cannot write the tensor store beside {cache} ({err}); set --data.store_dir") from err
+    try:
+        return _cached_or_built(samples, classes, root, cache, read, log, fingerprint, lock)
+    except BaseException:
+        if created:  # a refused folder (an unreadable image, say) keeps no empty store folder in the user's data
+            Path(str(cache) + ".lock").unlink(missing_ok=True)
+            if cache.parent.is_dir() and not any(cache.parent.iterdir()):
+                cache.parent.rmdir()
+        raise
+
+
+def _cached_or_built(
+    samples: Sequence[tuple[Path, int]],
+    classes: Sequence[str],
+    root: Path,
+    cache: Path,
+    read: Callable[[str], Image.Image],
+    log: Callable[[str], None],
+    fingerprint: str,
+    lock: FileLock,
+) -> TensorStore:
     with lock:
         if cache.is_file():
             store, built_from = TensorStore.load(cache)

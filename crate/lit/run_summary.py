@@ -27,6 +27,20 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f} s"
 
 
+def _noise(last: float, baseline: dict[str, Any]) -> str:
+    """How far the run is from the better pixel baseline in images, and whether that is within two binomial
+    standard errors of the validation split (where its size is known)."""
+    images = baseline.get("val_images")
+    if not images:
+        return ""
+    best = max(baseline["rbf_svm"], baseline["logistic"])
+    apart = round((last - best) * images)
+    p = (last + best) / 2
+    noise = 2 * math.sqrt(2 * p * (1 - p) / images)  # two standard errors of a difference of two accuracies
+    said = "within noise" if abs(last - best) <= noise else "beyond noise"
+    return f"; {apart:+d} images of {images:,} against the better baseline, {said}"
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
@@ -154,7 +168,7 @@ class RunSummary(Callback):
             lines.append(
                 f"  against pixels   this run {last:.4f} · RBF SVM on pixels {baseline['rbf_svm']:.4f} · "
                 f"logistic {baseline['logistic']:.4f} (same validation images; fitted on "
-                f"{baseline['train_images']:,} training images)"
+                f"{baseline['train_images']:,} training images){_noise(last, baseline)}"
             )
         best_path, last_path = self._checkpoints(trainer, name)
         if best_path:

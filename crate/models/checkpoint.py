@@ -404,6 +404,11 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     base = _cfg_input_size(kwargs, variant)
     size = _pair(kwargs["img_size"]) if kwargs.get("img_size") is not None else tuple(base[1:])
     overlay.setdefault("input_size", (kwargs.get("in_chans", base[0]), *size))
+    chans = overlay["input_size"][0]
+    for key in ("mean", "std"):  # per channel of the built model, as timm would average them (with a warning)
+        values = overlay.get(key) or _cfg_value(_tag_cfg(kwargs, variant), key)
+        if values and len(values) != chans:
+            overlay[key] = (sum(values) / len(values),) * chans
     labels = checkpoint.label_names
     if labels and len(labels) == checkpoint.num_classes == kwargs.get("num_classes", checkpoint.num_classes):
         overlay.setdefault("label_names", checkpoint.label_names)
