@@ -136,6 +136,9 @@ def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
     if not card_path.is_file():
         return None
     card = json.loads(card_path.read_text())
+    names = timm.models.get_pretrained_cfg(tag).label_names
+    if not card.get("label_names") and names:  # files exported before the cards named their classes
+        card["label_names"] = list(names)
     card["test_accuracy"] = row["top1"] / 100
     card["test_images"] = row["images"]
     card_path.write_text(json.dumps(card, indent=2) + "\n")

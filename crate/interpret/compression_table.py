@@ -75,7 +75,7 @@ def compression_controls_table(results: dict[str, dict[str, Any]], convention: s
     )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, summary in summaries.items():
-        full = {name: full_step(summary, name) for name in DIRECTIONS}
+        full = {name: full_step(summary, name) for name in DIRECTIONS if name in summary}
         spread = {name: full_step(summary, name, "change_spread") for name in NULLS}
         trained, theory = summary["trained"], summary["theory_step"]
         for layer, before in enumerate(summary["before"]):
