@@ -12,8 +12,8 @@ What it writes, and from what:
 - the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
   (``benchmarks/controls_table.py --from-json``);
-- the GPU queue (``benchmarks/GPU_JOBS.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the finished jobs'
-  JSONs in ``benchmarks/results/gpu_queue/``.
+- the GPU queue (``benchmarks/GPU_JOBS.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the
+  finished jobs' JSONs in ``benchmarks/results/gpu_queue/``.
 The tests run ``--check``: a committed table that differs from what this writes fails them.
 """
 

@@ -117,7 +117,7 @@ def test_known_noise_is_dropped_by_its_exact_text_and_nothing_else() -> None:
             "Checkpoint directory /r/version_0/checkpoints exists and is not empty.",
             "The dirpath has changed from '/a' to '/b', therefore `best_model_score` ... won't be reloaded.",
         ):
-            warnings.warn(message, UserWarning)
+            warnings.warn(message, UserWarning, stacklevel=1)
     assert [str(w.message)[:21] for w in caught] == ["The dirpath has chang"]  # what a moved run forgets stays
 
 

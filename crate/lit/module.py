@@ -30,6 +30,7 @@ from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, read_checkpoint
 
 from .factory import create_classifier
+from .layer_objective import LayerObjective
 from .optimization import TimmOptimization
 from .run_record import RunRecord
 from .step_logging import StepLogging, epoch_loss_metric
@@ -61,6 +62,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         label_smoothing: label smoothing of the cross-entropy loss (and of Mixup's soft targets).
         class_weights: the training loss's weight of each class (None: unweighted); ``train.py`` links it to
             the data's (an image folder with strongly imbalanced classes weighs them by inverse frequency).
+        objective_weight: weight of the layer-objective term (:mod:`crate.lit.layer_objective`: each CRATE
+            attention step rewarded for its rate-reduction gain per unit of its size, each ISTA code for its
+            sparsity); 0 (the default) leaves it out.
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
         ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
             validation and test use the average.
@@ -113,6 +117,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         pretrained_file: str | None = None,
         freeze_backbone: bool = False,
         class_weights: list[float] | None = None,
+        objective_weight: float = 0.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -156,6 +161,10 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for
             # validation and back afterwards, and does not warn that part of the module starts training in eval
             self.model_ema.train(self.training)
+        if objective_weight < 0:
+            raise ValueError(f"objective_weight must be >= 0 (0: off), got {objective_weight}")
+        # after the moving average's copy: only the trained model's forward is hooked
+        self.layer_objective = LayerObjective(self.model) if objective_weight > 0 else None
         self.mixup = None
         if mixup_alpha > 0 or cutmix_alpha > 0:
             self.mixup = Mixup(
@@ -203,7 +212,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         if len(batch) == 3:  # mixed on the device by the DataModule: (images, labels, lam), partners reversed
             images, targets, lam = batch
             logits = self(images)
-            loss = mixed_loss(logits, targets, lam, self.hparams.label_smoothing)
+            loss = self._with_layer_objective(
+                mixed_loss(logits, targets, lam, self.hparams.label_smoothing), len(images)
+            )
             self.train_acc.update(logits, targets)
             self.log_training_step(loss, len(images), acc=self.train_acc)
             return loss
@@ -218,8 +229,18 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 logits, targets, weight=self.class_weight, label_smoothing=self.hparams.label_smoothing
             )
         self.train_acc.update(logits, targets)  # the epoch's value only: no per-batch accuracy computed
+        loss = self._with_layer_objective(loss, len(images))
         self.log_training_step(loss, len(images), acc=self.train_acc)
         return loss
+
+    def _with_layer_objective(self, loss: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """The loss with the layer-objective term (``objective_weight`` > 0; :mod:`crate.lit.layer_objective`),
+        whose value is logged each epoch as ``train/layer_objective``."""
+        if self.layer_objective is None:
+            return loss
+        term = self.layer_objective.term()
+        self.log("train/layer_objective", term.detach(), on_step=False, on_epoch=True, batch_size=batch_size)
+        return loss + self.hparams.objective_weight * term
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.model_ema is not None:

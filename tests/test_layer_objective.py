@@ -1,0 +1,55 @@
+"""The layer-objective training term: its value is the controls' rate-reduction gain and code sparsity, computed
+independently with the zoo's float64 functions; it trains the layers' weights; off by default."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import crate  # noqa: F401
+from crate.lit import ImageClassifier
+from crate.lit.layer_objective import LayerObjective
+from crate.metrics import trace_model
+from crate.metrics.functional import coding_rate, compression_rate
+
+
+def test_the_term_equals_the_gain_per_unit_size_and_the_code_l1_by_the_zoos_float64_functions() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16, depth=2)
+    objective = LayerObjective(model, max_images=4)
+    images = torch.randn(6, 1, 16, 16)
+    model(images)  # a training-mode forward with gradients on: the hooks keep what the term needs
+    term = objective.term()
+    expected = []
+    with torch.no_grad():
+        for block, trace in zip(model.blocks, trace_model(model.eval(), images[:4]), strict=True):
+            U = block.attn.subspaces.double()
+
+            def rr(tokens: torch.Tensor, U: torch.Tensor = U) -> torch.Tensor:
+                tokens = tokens.double()
+                return coding_rate(tokens, 0.01, "official") - compression_rate(tokens, U, 0.01, "official")
+
+            z, z_half = trace.z_in.double(), trace.z_half.double()
+            size = (z_half - z).flatten(1).norm(dim=1) / z.flatten(1).norm(dim=1)
+            gain = rr(trace.attn_input_after) - rr(trace.attn_input)
+            expected.append((-(gain / size) / z.shape[1] + trace.sparse_code.double().abs().mean(dim=(1, 2))).mean())
+    assert float(term) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-4)
+    assert objective.term() == 0  # forgotten after use; a no-grad forward keeps nothing
+    with torch.no_grad():
+        model(images)
+    assert objective.term() == 0
+
+
+def test_the_weight_adds_the_term_to_the_loss_and_its_gradient_reaches_the_subspaces() -> None:
+    torch.manual_seed(0)
+    off = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16)
+    assert off.layer_objective is None and not any(block._forward_pre_hooks for block in off.model.blocks)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)
+    module.model(torch.randn(4, 1, 16, 16))
+    module.layer_objective.term().backward()
+    assert module.model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="objective_weight must be >= 0"):
+        ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=-1)
+    with pytest.raises(ValueError, match="for CRATE and CRATE-alpha"):
+        ImageClassifier("vit_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)
