@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from crate.figures import reconstruction_figure
 from crate.metrics import full_step, trace_model
 
 from . import plots
@@ -87,7 +88,7 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
             masked, pasted = model.masked_views(images, noise)
         name = f"reconstruction_{tag}.png"
         title = f"{label}: mask ratio {model.mask_ratio}"
-        plots.save(plots.reconstruction_figure(images, masked, pasted, title=title), out / name)
+        plots.save(reconstruction_figure(images, masked, pasted, title=title), out / name)
         files.append(name)
     if data.val_masks is not None and has_maps:
         images = data.val_images[:count]

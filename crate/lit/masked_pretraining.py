@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
-from crate.interpret.plots import reconstruction_figure
+from crate.figures import reconstruction_figure
 
 from .factory import create_classifier
 from .optimization import TimmOptimization

@@ -229,7 +229,8 @@ class ImageFolderDataModule(ImageDataModule):
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
         if None in chosen or "auto" in chosen:  # what is left open is chosen from the folder
-            self.recipe = choose_recipe(survey_folder(layout))
+            survey = survey_folder(layout.samples("train"), layout.classes, layout.split_sizes["val"], layout.in_chans)
+            self.recipe = choose_recipe(survey)
         if class_weights not in (None, "auto") and not isinstance(class_weights, list):
             raise ValueError(f"class_weights must be 'auto', null or a list of numbers, got {class_weights!r}")
         super().__init__(

@@ -20,16 +20,14 @@ Every choice is only a default: a value given in the config or on the command li
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from PIL import Image
 
 from .augmentation import SMALL_IMAGE, Augmentation
 from .base import DataError
-
-if TYPE_CHECKING:
-    from .folder import FolderLayout
 
 __all__ = ["FolderRecipe", "FolderSurvey", "choose_recipe", "survey_folder"]
 
@@ -59,10 +57,12 @@ class FolderSurvey:
         return max(counts) / max(min(counts), 1)
 
 
-def survey_folder(layout: FolderLayout) -> FolderSurvey:
-    """Count the folder's images and read the size of up to :data:`SAMPLED_HEADERS` of them (headers only)."""
-    train = layout.samples("train")
-    counts = Counter(layout.classes[label] for _, label in train)
+def survey_folder(
+    train: Sequence[tuple[Path, int]], classes: Sequence[str], val_images: int, channels: int
+) -> FolderSurvey:
+    """Count a folder's training images (path, label) per class and read the size of up to
+    :data:`SAMPLED_HEADERS` of them (headers only)."""
+    counts = Counter(classes[label] for _, label in train)
     step = max(len(train) // SAMPLED_HEADERS, 1)
     sides, sizes = [], set()
     for path, _ in train[::step][:SAMPLED_HEADERS]:
@@ -75,9 +75,9 @@ def survey_folder(layout: FolderLayout) -> FolderSurvey:
     sides.sort()
     return FolderSurvey(
         train_images=len(train),
-        val_images=layout.split_sizes["val"],
-        class_counts={name: counts.get(name, 0) for name in layout.classes},
-        channels=layout.in_chans,
+        val_images=val_images,
+        class_counts={name: counts.get(name, 0) for name in classes},
+        channels=channels,
         side=sides[len(sides) // 2] if sides else PHOTO_SIZE,
         sizes_vary=len(sizes) > 1,
     )
