@@ -12,6 +12,8 @@ What it writes, and from what:
 - the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
   (``benchmarks/controls_table.py --from-json``);
+- the package's rooms and imports (``CONTRIBUTING.md``, ``table:architecture``) from the code
+  (``scripts/architecture.py``);
 - the GPU queue (``benchmarks/GPU_JOBS.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the
   finished jobs' JSONs in ``benchmarks/results/gpu_queue/``.
 The tests run ``--check``: a committed table that differs from what this writes fails them.
@@ -29,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # the table scripts import their siblings
+sys.path.insert(0, str(REPO / "scripts"))
 
 __all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_table"]
 
@@ -137,6 +140,12 @@ def rendered() -> dict[Path, Callable[[], str]]:
             files[table] = lambda table=table: zoo_table.rendered_from_json(table)
     controls = REPO / "docs" / "controls_cifar10.md"
     files[controls] = lambda: controls_table.rendered_from_json(controls)
+    import architecture
+
+    contributing = REPO / "CONTRIBUTING.md"
+    files[contributing] = lambda: _replace_block(
+        contributing.read_text(), "architecture", architecture.picture(), contributing
+    )
     gpu = REPO / "benchmarks" / "GPU_JOBS.md"
     files[gpu] = lambda: _replace_block(gpu.read_text(), "gpu-queue", gpu_queue.queue_table(), gpu)
     return files
