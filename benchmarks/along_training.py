@@ -289,10 +289,10 @@ def main() -> None:
     args, rest = parser.parse_known_args()
     if args.from_json:
         out = Path(args.out)
-        result = json.loads(out.with_suffix(".json").read_text())
-        figure(result, out.with_suffix(".png"))
-        out.with_suffix(".md").write_text(markdown(result))
-        print(f"redrawn {out.with_suffix('.png')} and {out.with_suffix('.md')}")
+        result = json.loads(out.with_name(out.name + ".json").read_text())
+        figure(result, out.with_name(out.name + ".png"))
+        out.with_name(out.name + ".md").write_text(markdown(result))
+        print(f"redrawn {out.with_name(out.name + '.png')} and {out.with_name(out.name + '.md')}")
         return
     overrides = {key[len("--data.") :]: value for key, value in zip(rest[::2], rest[1::2], strict=True)}
     start = time.perf_counter()
@@ -315,13 +315,13 @@ def main() -> None:
         "command": " ".join(["python", "benchmarks/along_training.py", *sys.argv[1:]]),
         "minutes": (time.perf_counter() - start) / 60,
         "date": time.strftime("%Y-%m-%d"),
-        "figure": str(out.with_suffix(".png")),
+        "figure": str(out.with_name(out.name + ".png")),
         "snapshots": snapshots,
     }
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=float) + "\n")
-    figure(result, out.with_suffix(".png"))
-    out.with_suffix(".md").write_text(markdown(result))
-    print(f"wrote {out.with_suffix('.md')}, .json and .png ({result['minutes']:.1f} min)")
+    out.with_name(out.name + ".json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    figure(result, out.with_name(out.name + ".png"))
+    out.with_name(out.name + ".md").write_text(markdown(result))
+    print(f"wrote {out.with_name(out.name + '.md')}, .json and .png ({result['minutes']:.1f} min)")
 
 
 if __name__ == "__main__":

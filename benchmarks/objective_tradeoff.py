@@ -47,10 +47,13 @@ def main() -> None:
     parser.add_argument("--folder", default=str(REPO / "docs" / "along_training"))
     parser.add_argument("--out", default=str(REPO / "docs" / "objective_tradeoff.md"))
     args = parser.parse_args()
-    paths = sorted(Path(args.folder).glob(f"{STEM}*.json"), key=lambda p: float(p.stem.removeprefix(STEM)))
+    def weight(path: Path) -> str:
+        return path.stem.removeprefix(STEM).replace("p", ".")
+
+    paths = sorted(Path(args.folder).glob(f"{STEM}*.json"), key=lambda p: float(weight(p)))
     if not paths:
         raise SystemExit(f"objective_tradeoff.py: no {STEM}*.json in {args.folder}; run objective_tradeoff.sh first")
-    records = {path.stem.removeprefix(STEM): json.loads(path.read_text()) for path in paths}
+    records = {weight(path): json.loads(path.read_text()) for path in paths}
     text = "\n".join(
         [
             "# A CRATE trained to follow its objective: the trade-off on the digits",
@@ -59,7 +62,7 @@ def main() -> None:
             " (crate_nano_patch4_32, digits at 16 px, 150 epochs) with `--model.objective_weight W`"
             " (`crate.lit.layer_objective`), each run's last snapshot measured beside its controls (64 validation"
             " images, official convention; nulls: 8 draws, a step beats them beyond their mean + 2 sd). Each run's"
-            " snapshots: `docs/along_training/crate_nano_digits_objective_W.md`.",
+            " snapshots: `docs/along_training/crate_nano_digits_objective_W.md` (W with p for its decimal point).",
             "",
             table(records),
             "",
