@@ -28,7 +28,7 @@ from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
-from .shipped import cifar10_cfg, cifar10_simdino_cfg, digits_cfg
+from .shipped import cifar10_cfg, cifar10_simdino_cfg, digits_cfg, shipped_checkpoint
 
 __all__ = ["CPU_SIZES", "CRATE", "CrateBlock"]
 
@@ -256,6 +256,12 @@ default_cfgs = generate_default_cfgs(
             num_classes=768, notes=("the authors' demo model: a 768-wide output, no class labels",)
         ),
         "crate_nano_patch4_32.digits": digits_cfg("crate_nano_patch4_32", cpu_cfg()),
+        "crate_nano_patch4_32.digits_objective": dict(
+            digits_cfg("crate_nano_patch4_32", cpu_cfg()),
+            file=shipped_checkpoint("crate_nano_patch4_32.digits_objective.safetensors"),
+            input_size=(1, 16, 16),
+            notes=("the default job with the layer-objective term at weight 0.01 (--model.objective_weight 0.01)",),
+        ),
         "crate_nano_patch4_32.cifar10": cifar10_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.cifar10_simdino": cifar10_simdino_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.*": cpu_cfg(),

@@ -116,6 +116,8 @@ class Run:
         which never ran), and the precision and seed of the run's config (or "unknown" without one)."""
         hp = self.hparams
         recipe = {k: hp[k] for k in RECIPE_KEYS if hp.get(k) is not None}
+        if hp.get("objective_weight"):  # the layer-objective term, where a run trained with it
+            recipe["objective_weight"] = hp["objective_weight"]
         if hp.get("lr_base_size"):  # lr is the rate at that batch size, scaled to the run's
             recipe.update(lr_base_size=hp["lr_base_size"], lr_base_scale=hp.get("lr_base_scale", "sqrt"))
             recipe["peak_lr"] = self.checkpoint.lightning.get("peak_lr")
