@@ -110,7 +110,12 @@ def test_a_signal_exits_with_the_shells_status_for_it_after_its_checkpoint(tmp_p
     can tell an interrupted run (resumable from its checkpoint) from a failed one."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     args = [sys.executable, str(REPO / "train.py"), "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path)]
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored: the child
+    # gets the default disposition a terminal's foreground process has
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob("crate_nano_digits/version_0/metrics.csv")):
         time.sleep(0.5)  # metrics.csv appears at the first logged steps: training is under way

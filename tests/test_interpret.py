@@ -382,7 +382,7 @@ def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Pat
         (
             "crate_nano_patch4_32.cifar1O",
             "its tags (crate_nano_patch4_32.cifar10, crate_nano_patch4_32.cifar10_simdino, "
-            "crate_nano_patch4_32.digits)",
+            "crate_nano_patch4_32.digits, crate_nano_patch4_32.digits_objective)",
             "",
         ),
         ("crate_nano_patch4_23", "Close matches: crate_nano_patch4_32", "crate_nano_patch4_23.digits"),
