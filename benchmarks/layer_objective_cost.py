@@ -4,7 +4,7 @@ step without it, measured in one run (median of 30 steps after 5 warm-up steps, 
     .venv/bin/python benchmarks/layer_objective_cost.py
 
 Rows: the digits' default job (crate_nano, 16 px, 1 channel, batch 64) and a CIFAR-size step (32 px, 3 channels,
-batch 128), each with the term read on 8, 4 and 2 images of the batch (``LayerObjective.max_images``).
+batch 128), each with the term read on 8, 4 and 2 images of the batch (``--model.objective_images``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from crate.lit import ImageClassifier
 
 def step_ms(weight: float, images: int, size: int, chans: int, batch: int) -> float:
     torch.manual_seed(0)
-    module = ImageClassifier("crate_nano_patch4_32", in_chans=chans, img_size=size, objective_weight=weight)
-    if module.layer_objective is not None:
-        module.layer_objective.max_images = images
+    module = ImageClassifier(
+        "crate_nano_patch4_32", in_chans=chans, img_size=size, objective_weight=weight, objective_images=max(images, 1)
+    )
     x, y = torch.randn(batch, chans, size, size), torch.randint(0, 10, (batch,))
     optimizer = torch.optim.AdamW(module.parameters(), 1e-3)
 

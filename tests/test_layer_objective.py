@@ -45,11 +45,14 @@ def test_the_weight_adds_the_term_to_the_loss_and_its_gradient_reaches_the_subsp
     torch.manual_seed(0)
     off = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16)
     assert off.layer_objective is None and not any(block._forward_pre_hooks for block in off.model.blocks)
-    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5, objective_images=2)
+    assert module.layer_objective.max_images == 2
     module.model(torch.randn(4, 1, 16, 16))
     module.layer_objective.term().backward()
     assert module.model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="objective_weight must be >= 0"):
         ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=-1)
+    with pytest.raises(ValueError, match="objective_images >= 1"):
+        ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.1, objective_images=0)
     with pytest.raises(ValueError, match="for CRATE and CRATE-alpha"):
         ImageClassifier("vit_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)

@@ -65,6 +65,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         objective_weight: weight of the layer-objective term (:mod:`crate.lit.layer_objective`: each CRATE
             attention step rewarded for its rate-reduction gain per unit of its size, each ISTA code for its
             sparsity); 0 (the default) leaves it out.
+        objective_images: how many images of each batch the term reads (its cost falls with it: 4 keeps a
+            CIFAR-size step within about 1.3x, ``benchmarks/layer_objective_cost.py``).
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
         ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
             validation and test use the average.
@@ -118,6 +120,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         freeze_backbone: bool = False,
         class_weights: list[float] | None = None,
         objective_weight: float = 0.0,
+        objective_images: int = 8,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -161,10 +164,13 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for
             # validation and back afterwards, and does not warn that part of the module starts training in eval
             self.model_ema.train(self.training)
-        if objective_weight < 0:
-            raise ValueError(f"objective_weight must be >= 0 (0: off), got {objective_weight}")
+        if objective_weight < 0 or objective_images < 1:
+            raise ValueError(
+                f"objective_weight must be >= 0 (0: off) and objective_images >= 1, got {objective_weight}, "
+                f"{objective_images}"
+            )
         # after the moving average's copy: only the trained model's forward is hooked
-        self.layer_objective = LayerObjective(self.model) if objective_weight > 0 else None
+        self.layer_objective = LayerObjective(self.model, max_images=objective_images) if objective_weight > 0 else None
         self.mixup = None
         if mixup_alpha > 0 or cutmix_alpha > 0:
             self.mixup = Mixup(
