@@ -301,6 +301,7 @@ def _card(
         "data_config": run.data_config or None,
         "epochs": run.epochs,
         "global_step": run.checkpoint.lightning["global_step"],
+        "planned_steps": run.checkpoint.lightning.get("planned_steps"),
         "val_accuracy": measured.accuracy,
         "val_images": measured.images,
         **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),

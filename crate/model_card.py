@@ -29,6 +29,19 @@ images) and a logistic-regression probe on the standardised features, beside its
 """
 
 
+def _trained_line(card: dict[str, Any]) -> str:
+    """Epochs and optimizer steps; where the run stopped before the steps its schedule planned, it says so (the
+    learning rate had not finished its decay: not the recipe's result)."""
+    done, planned = card["global_step"], card.get("planned_steps")
+    line = f"{card['epochs']} epochs, {done} optimizer steps"
+    if planned and done < planned:
+        line += (
+            f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "
+            f"--trainer.max_time: its learning rate had not finished decaying)"
+        )
+    return line
+
+
 def _class_table(card: dict[str, Any]) -> str:
     """The classes in label order (index and name), or a line saying the file records none."""
     names = card.get("label_names")
@@ -88,7 +101,7 @@ def card_markdown(card: dict[str, Any]) -> str:
 
 - architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, {outputs}
 - data: {card["data"]}
-- trained: {card["epochs"]} epochs, {card["global_step"]} optimizer steps
+- trained: {_trained_line(card)}
 {measured}
 - load (after `import crate, timm`): `{card["load"]}`
 - sha256 of `{card["file"]}`: `{card["sha256"]}`

@@ -149,7 +149,9 @@ def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-results", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="results", help="where results-<dataset>.csv are written")
-    parser.add_argument("--tags", nargs="*", help="tags to evaluate (default: every shipped tag)")
+    parser.add_argument(
+        "--tags", nargs="*", help="tags to evaluate (default: every shipped tag); their rows replace theirs in the CSV"
+    )
     parser.add_argument("--split", choices=("val", "test"), default="val", help="the split scored (default val)")
     parser.add_argument("--data-root", default=None, help="where the tags' data lies now, if it moved")
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
@@ -183,6 +185,12 @@ def main(argv: list[str] | None = None) -> None:
     for dataset, rows in tables.items():
         path = Path(args.out_dir) / f"results-{dataset}{suffix}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
+        if args.tags and path.is_file():  # tags asked for by name: their rows replace theirs, the others stay
+            scored = {row["model"] for row in rows}
+            with path.open(newline="") as handle:
+                rows = rows + [row for row in csv.DictReader(handle) if row["model"] not in scored]
+            for row in rows:
+                row["top1"] = float(row["top1"])
         with path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()

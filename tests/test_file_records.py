@@ -127,3 +127,38 @@ def test_a_head_reset_drops_the_files_class_names(folder_run) -> None:
         num_classes=5,
     )
     assert model.num_classes == 5 and not model.pretrained_cfg.get("label_names")
+
+
+class _StopAfter(L.Callback):
+    """Stops the fit after ``steps`` optimizer steps, as ``--trainer.max_time`` or an interruption would."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        trainer.should_stop = trainer.should_stop or trainer.global_step >= self.steps
+
+
+def test_a_card_says_when_its_run_stopped_before_its_schedule(digits_run, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16, warmup_epochs=0.5)
+    data = DigitsDataModule(img_size=16, batch_size=64)
+    trainer = L.Trainer(
+        max_epochs=2, callbacks=[_StopAfter(3)], logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(module, data)
+    ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    trainer.save_checkpoint(ckpt)
+    planned = 2 * len(data.train_dataloader())  # the two epochs the schedule was laid out for
+    export_checkpoint(ckpt, tmp_path / "stopped.safetensors", measure=False)
+    card = json.loads((tmp_path / "stopped.json").read_text())
+    assert (card["global_step"], card["planned_steps"]) == (3, planned)
+    assert f"3 optimizer steps of the {planned} its learning-rate schedule planned" in (
+        tmp_path / "stopped.md"
+    ).read_text()
+    whole, _ = digits_run  # a run that did every step it planned says nothing more
+    export_checkpoint(whole, tmp_path / "whole.safetensors", measure=False)
+    whole_card = json.loads((tmp_path / "whole.json").read_text())
+    assert whole_card["global_step"] == whole_card["planned_steps"] == 3
+    assert "planned" not in (tmp_path / "whole.md").read_text().split("## Classes")[0]

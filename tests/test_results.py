@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_every_shipped_tag_is_found_and_encoders_are_told_apart() -> None:
     shipped = {p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.safetensors")}
     encoders = {tag for tag in shipped if tag.endswith("_simdino")}  # no classifier: no top-1 to report
-    assert set(shipped_tags()) == shipped - encoders and len(shipped - encoders) == 15
+    assert set(shipped_tags()) == shipped - encoders and len(shipped - encoders) == 17
     assert shipped_tags(classifiers=False) == ["crate_nano_patch4_32.cifar10_simdino"]
 
 
@@ -53,6 +53,18 @@ def test_results_csv_counts_top1_and_top5_as_numpy_does(tmp_path: Path, capsys) 
         card = json.loads((REPO / "checkpoints" / f"{row['model']}.json").read_text())
         assert float(row["top1"]) == round(100 * card["val_accuracy"], 3)
         assert row["img_size"] == "32" and row["crop_pct"] == "1.0"
+
+
+def test_tags_asked_for_by_name_replace_their_rows_and_keep_the_others(tmp_path: Path) -> None:
+    main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
+    path = tmp_path / "results-digits.csv"
+    before = {row["model"]: row for row in csv.DictReader(path.open())}
+    path.write_text(path.read_text().replace(before["vit_nano_patch4_32.digits"]["top1"], "12.5", 1))
+    main(["--out-dir", str(tmp_path), "--tags", "vit_nano_patch4_32.digits"])  # rescored: its row comes back
+    after = list(csv.DictReader(path.open()))
+    assert sorted(row["model"] for row in after) == sorted(before)  # one row each, none lost
+    assert {row["model"]: row for row in after} == before
+    assert float(after[0]["top1"]) >= float(after[1]["top1"])  # still best first
 
 
 def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -161,7 +161,21 @@ def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
         "data_identity": loaded.get(DATA_IDENTITY_KEY),  # the data it was trained on (None: older files)
         "classical_baseline": loaded.get("classical_baseline"),  # pixel baselines on the run's split, if measured
         "peak_lr": _peak_lr(loaded),
+        "planned_steps": _planned_steps(loaded),
     }
+
+
+def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
+    """The optimizer steps the run's learning-rate schedule was laid out for (timm's cosine schedule: its
+    warmup, where it comes before the decay, plus the decay's length), or None where the file records no such
+    schedule. A run stopped before them (``--trainer.max_time``, an interruption) ended before its learning rate
+    finished decaying."""
+    for state in loaded.get("lr_schedulers") or []:
+        t_initial = state.get("t_initial") if isinstance(state, Mapping) else None
+        if isinstance(t_initial, int) and t_initial > 0:
+            warmup = state.get("warmup_t", 0) if state.get("warmup_prefix") else 0
+            return t_initial + (warmup if isinstance(warmup, int) else 0)
+    return None
 
 
 def _peak_lr(loaded: Mapping[str, Any]) -> float | None:

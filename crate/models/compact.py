@@ -29,6 +29,7 @@ from timm.models import generate_default_cfgs, register_model
 from crate.layers import ConvTokenizer, SeqPool
 
 from .crate import CRATE, _create_crate, cpu_cfg
+from .shipped import cifar10_cfg
 from .vit import ViTTwin, create_vit_twin
 
 __all__ = ["COMPACT_SHAPES", "CompactViT"]
@@ -93,8 +94,18 @@ def compact_cfg(**kwargs: Any) -> dict[str, Any]:
     return cpu_cfg(first_conv="patch_embed.proj.0", **kwargs)
 
 
+# "<arch>.cifar10" then "<arch>.*": the tag names the weights, the untagged name stays the untrained default
+_SHIPPED_CIFAR10 = ("crate_cct4_3x2_32", "vit_cct4_3x2_32")
 default_cfgs = generate_default_cfgs(
-    {f"{family}_{shape}_32": compact_cfg() for family in ("crate", "vit") for shape in COMPACT_SHAPES}
+    {
+        f"{arch}{tag}": cfg
+        for arch in (f"{family}_{shape}_32" for family in ("crate", "vit") for shape in COMPACT_SHAPES)
+        for tag, cfg in (
+            ((".cifar10", cifar10_cfg(arch, compact_cfg())), (".*", compact_cfg()))
+            if arch in _SHIPPED_CIFAR10
+            else (("", compact_cfg()),)
+        )
+    }
 )
 
 
