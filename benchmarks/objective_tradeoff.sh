@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# The layer-objective term's trade-off on the digits: the default job (crate_nano, 150 epochs at 16 px) at
-# --model.objective_weight W for each W in $WEIGHTS, with weight snapshots, each run measured along training
-# beside its controls (benchmarks/along_training.py: R, R^c, R - R^c and alignment per layer, the ISTA step on
-# its LASSO objective). Writes docs/along_training/crate_nano_digits_objective_<W>.{md,json,png} (W with p for
-# its decimal point: 0p01); then
-# benchmarks/objective_tradeoff.py collects the table (docs/objective_tradeoff.md).
+# The layer-objective term's trade-off: crate_nano at --model.objective_weight W for each W in $WEIGHTS, with
+# weight snapshots, each run measured along training beside its controls (benchmarks/along_training.py: R, R^c,
+# R - R^c and alignment per layer, the ISTA step on its LASSO objective). TASK picks the data:
+#   digits (default)  the default job (configs/crate_nano_digits.yaml: 150 epochs at 16 px); WEIGHTS "0 0.1 1"
+#   cifar10_10k       the base CIFAR-10 recipe (configs/cifar10.yaml) on the 10,000 / 2,000-image subset
+#                     (data/cifar10_10k: benchmarks/cifar10_subset.py), 50 epochs; WEIGHTS "0 0.001 0.01"
+# Writes docs/along_training/crate_nano_<TASK>_objective_<W>.{md,json,png} (W with p for its decimal point:
+# 0p01); a run stopped part-way resumes from its last checkpoint. Then benchmarks/objective_tradeoff.py collects
+# the tables (docs/objective_tradeoff.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WEIGHTS=${WEIGHTS:-"0 0.1 1"}
+TASK=${TASK:-digits}
+case $TASK in
+  digits)
+    WEIGHTS=${WEIGHTS:-"0 0.1 1"}
+    train=(--config configs/crate_nano_digits.yaml)
+    measure=(--images 64 --probe-images 360 --every 2) ;;
+  cifar10_10k)
+    WEIGHTS=${WEIGHTS:-"0 0.001 0.01"}
+    train=(--config configs/cifar10.yaml --model.model_name crate_nano_patch4_32 --data.root data/cifar10_10k
+      --trainer.max_epochs 50)
+    measure=(--images 64 --probe-images 1000 --every 1) ;;
+  *) echo "objective_tradeoff.sh: unknown TASK $TASK (digits or cifar10_10k)" >&2; exit 2 ;;
+esac
 for w in $WEIGHTS; do
-  name=crate_nano_digits_objective_${w//./p}
-  if [ ! -f "logs/objective/$name/version_0/checkpoints/last.ckpt" ]; then
-    .venv/bin/python train.py fit --config configs/crate_nano_digits.yaml --model.objective_weight "$w" \
-      --snapshots.enabled true --run_name "$name" --log_root logs/objective --trainer.enable_progress_bar false
+  name=crate_nano_${TASK}_objective_${w//./p}
+  run=logs/objective/$name/version_0
+  if [ ! -f "$run/done" ]; then
+    resume=()
+    [ -f "$run/checkpoints/last.ckpt" ] && resume=(--ckpt_path "$run/checkpoints/last.ckpt")
+    .venv/bin/python train.py fit "${train[@]}" --model.objective_weight "$w" --snapshots.enabled true \
+      --run_name "$name" --log_root logs/objective --trainer.enable_progress_bar false "${resume[@]}"
+    date > "$run/done"
   fi
-  .venv/bin/python benchmarks/along_training.py "logs/objective/$name/version_0" \
-    --out "docs/along_training/$name" --images 64 --probe-images 360 --every 2
+  .venv/bin/python benchmarks/along_training.py "$run" --out "docs/along_training/$name" "${measure[@]}"
 done

@@ -56,3 +56,20 @@ def test_the_weight_adds_the_term_to_the_loss_and_its_gradient_reaches_the_subsp
         ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.1, objective_images=0)
     with pytest.raises(ValueError, match="for CRATE and CRATE-alpha"):
         ImageClassifier("vit_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)
+
+
+def test_the_term_is_float32_under_bf16_autocast() -> None:
+    """Under bf16-mixed training the term is still the float32 computation: the same kept tensors give the same
+    value with autocast on and off (bf16 Gram matrices would change it at the second digit, or fail to factor)."""
+    torch.manual_seed(0)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, depth=2)
+    objective = LayerObjective(model, max_images=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.randn(4, 3, 32, 32))
+    kept = list(objective.records)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = objective.term()
+    objective.records = kept
+    plain = objective.term()
+    assert under_autocast.dtype == torch.float32
+    assert float(under_autocast) == pytest.approx(float(plain), rel=1e-6)

@@ -78,8 +78,14 @@ class LayerObjective:
             self.records[-1]["code"] = code
 
     def term(self) -> torch.Tensor:
-        """The term of the module docstring for the forward just run (then forgotten); 0 if nothing was kept."""
+        """The term of the module docstring for the forward just run (then forgotten); 0 if nothing was kept.
+        Computed in float32 whatever autocast is active (bf16 Gram matrices need not be positive definite)."""
         records, self.records = self.records, []
+        device = records[0]["z"].device.type if records else "cpu"
+        with torch.autocast(device_type=device, enabled=False):
+            return self._term(records)
+
+    def _term(self, records: list[dict[str, Any]]) -> torch.Tensor:
         parts = []
         for record in records:
             if "update" not in record:
