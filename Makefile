@@ -36,12 +36,15 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(PY) train.py fit --config configs/crate_nano_digits.yaml
 
+# The test files are spread over one worker process per core (pytest-xdist; a file's tests stay together, so
+# its fixtures are built once); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The quick loop: everything but the tests that run train.py or worker processes (marked slow).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

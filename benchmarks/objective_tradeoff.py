@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/objective_tradeoff.py            # docs/objective_tradeoff.md
 
-Per weight: the validation accuracy of the last snapshot, and per layer at that snapshot whether the attention
-step raises R - R^c beyond both matched-norm nulls, whether its alignment with grad (R - R^c) is beyond both
-nulls', and the step's change of R - R^c beside the nulls'.
+One section per task whose runs were measured (the digits; the CIFAR-10 subset). Per weight: the validation
+accuracy of the last snapshot, and per layer at that snapshot whether the attention step raises R - R^c beyond
+both matched-norm nulls, whether its alignment with grad (R - R^c) is beyond both nulls', and the step's change
+of R - R^c beside the nulls'.
 """
 
 from __future__ import annotations
@@ -16,7 +17,22 @@ from pathlib import Path
 from along_training import layer_rows
 from timing import REPO
 
-STEM = "crate_nano_digits_objective_"
+# per task: the along-training records' name stem and what the runs were
+TASKS = {
+    "digits": (
+        "crate_nano_digits_objective_",
+        "The digits",
+        "the default job (crate_nano_patch4_32, digits at 16 px, 150 epochs, float32)",
+        "The weight-0.01 run ships as `crate_nano_patch4_32.digits_objective` (its card states the weight).",
+    ),
+    "cifar10_10k": (
+        "crate_nano_cifar10_10k_objective_",
+        "A CIFAR-10 subset",
+        "crate_nano_patch4_32 on the base CIFAR-10 recipe (`configs/cifar10.yaml`, bf16) over 10,000 / 2,000"
+        " images of the train / val split (`benchmarks/cifar10_subset.py`), 50 epochs",
+        "",
+    ),
+}
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -69,37 +85,52 @@ def verdict(records: dict[str, dict]) -> str:
     return f"No weight reaches every layer beyond both nulls within one point of weight 0's accuracy ({said})."
 
 
+def section(task: str, records: dict[str, dict]) -> list[str]:
+    stem, title, runs, shipped = TASKS[task]
+    command = ("" if task == "digits" else f"TASK={task} ") + "benchmarks/objective_tradeoff.sh"
+    return [
+        f"## {title}",
+        "",
+        f"`{command}`: {runs}, with `--model.objective_weight W`; each run's last snapshot measured beside its"
+        f" controls. Each run's snapshots: `docs/along_training/{stem}W.md` (W with p for its decimal point). "
+        + shipped,
+        "",
+        verdict(records),
+        "",
+        table(records),
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folder", default=str(REPO / "docs" / "along_training"))
     parser.add_argument("--out", default=str(REPO / "docs" / "objective_tradeoff.md"))
     args = parser.parse_args()
+    text = [
+        "# A CRATE trained to follow its objective: the trade-off",
+        "",
+        "`--model.objective_weight W` (`crate.lit.layer_objective`) adds to the loss a term that rewards each"
+        " attention step for its rate-reduction gain per unit of its size and each ISTA code for its sparsity."
+        " Below, per task and weight: the validation accuracy and, per layer at the run's last snapshot, whether"
+        " the attention step raises R - R^c beyond both matched-norm nulls and aligns with its ascent beyond"
+        " them (64 validation images, official convention; nulls: 8 draws, a step beats them beyond their"
+        " mean + 2 sd).",
+        "",
+    ]
+    found = False
+    for task, (stem, *_) in TASKS.items():
 
-    def weight(path: Path) -> str:
-        return path.stem.removeprefix(STEM).replace("p", ".")
+        def weight(path: Path, stem: str = stem) -> str:
+            return path.stem.removeprefix(stem).replace("p", ".")
 
-    paths = sorted(Path(args.folder).glob(f"{STEM}*.json"), key=lambda p: float(weight(p)))
-    if not paths:
-        raise SystemExit(f"objective_tradeoff.py: no {STEM}*.json in {args.folder}; run objective_tradeoff.sh first")
-    records = {weight(path): json.loads(path.read_text()) for path in paths}
-    text = "\n".join(
-        [
-            "# A CRATE trained to follow its objective: the trade-off on the digits",
-            "",
-            "`benchmarks/objective_tradeoff.sh` then `python benchmarks/objective_tradeoff.py`: the default job"
-            " (crate_nano_patch4_32, digits at 16 px, 150 epochs) with `--model.objective_weight W`"
-            " (`crate.lit.layer_objective`), each run's last snapshot measured beside its controls (64 validation"
-            " images, official convention; nulls: 8 draws, a step beats them beyond their mean + 2 sd). Each run's"
-            " snapshots: `docs/along_training/crate_nano_digits_objective_W.md` (W with p for its decimal point)."
-            " The weight-0.01 run ships as `crate_nano_patch4_32.digits_objective` (its card states the weight).",
-            "",
-            verdict(records),
-            "",
-            table(records),
-            "",
-        ]
-    )
-    Path(args.out).write_text(text)
+        paths = sorted(Path(args.folder).glob(f"{stem}*.json"), key=lambda p: float(weight(p)))
+        if paths:
+            found = True
+            text += section(task, {weight(path): json.loads(path.read_text()) for path in paths})
+    if not found:
+        raise SystemExit(f"objective_tradeoff.py: no records in {args.folder}; run objective_tradeoff.sh first")
+    Path(args.out).write_text("\n".join(text))
     print(f"wrote {args.out}")
 
 

@@ -13,6 +13,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` spreads the files over one worker per core (pytest-xdist): one thread each, for this process
+    # and the processes its tests start, so the workers do not share cores thread against thread
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def run_train(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``train.py`` in a subprocess, as a user would, and return the finished process."""

@@ -154,9 +154,10 @@ def test_a_card_says_when_its_run_stopped_before_its_schedule(digits_run, tmp_pa
     export_checkpoint(ckpt, tmp_path / "stopped.safetensors", measure=False)
     card = json.loads((tmp_path / "stopped.json").read_text())
     assert (card["global_step"], card["planned_steps"]) == (3, planned)
-    assert f"3 optimizer steps of the {planned} its learning-rate schedule planned" in (
-        tmp_path / "stopped.md"
-    ).read_text()
+    assert (
+        f"3 optimizer steps of the {planned} its learning-rate schedule planned"
+        in (tmp_path / "stopped.md").read_text()
+    )
     whole, _ = digits_run  # a run that did every step it planned says nothing more
     export_checkpoint(whole, tmp_path / "whole.safetensors", measure=False)
     whole_card = json.loads((tmp_path / "whole.json").read_text())
