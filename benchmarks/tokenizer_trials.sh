@@ -3,6 +3,8 @@
 # matched parameters, on a reduced CIFAR-10 (data/cifar10_10k: 1,000 / 200 images a class, written by
 # benchmarks/cifar10_subset.py), 50 epochs of the base CIFAR-10 recipe (configs/cifar10.yaml), bf16, one
 # thread each. Each run resumes from its last checkpoint when started again. Results: logs/trials/<name>/.
+# TRIALS picks them (default: the four tokenizer trials); crate_cct_lr2e3 and crate_cct_no_policy try two recipe
+# parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
@@ -24,6 +26,10 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     vit_cct) run vit_cct --model.model_name vit_cct4_3x2_32 ;;
     vit_patch) run vit_patch --model.model_name vit_nano_patch4_32 \
       --model.model_kwargs '{embed_dim: 136, depth: 4, num_heads: 2, mlp_ratio: 1.0, qkv_bias: false}' ;;
+    # recipe parts for the tokenizer member (all four above underfit: train accuracy on augmented batches below val)
+    crate_cct_lr2e3) run crate_cct_lr2e3 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 ;;
+    crate_cct_no_policy) run crate_cct_no_policy --model.model_name crate_cct4_3x2_32 \
+      --data.init_args.augmentation.policy_prob 0.0 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
   esac
 done

@@ -81,6 +81,43 @@ def test_an_archive_over_the_limit_leaves_out_its_largest_files_by_name(tmp_path
         assert tar.getnames() == ["job/small.txt"]
 
 
+def _check_suite_report(report: dict) -> None:
+    """A GPU suite report (``benchmarks/gpu_suite.py``) of a dry run: every step ran, and each derived figure is
+    what the per-epoch records give."""
+    assert report["dry_run"] is True and report["train"]["exit_status"] == 0
+    assert "--config configs/cifar10/gpu.yaml" in report["train"]["command"]
+    assert [e["epoch"] for e in report["epochs"]] == [0, 1, 2] and report["epochs_run"] == 3
+    assert 0 < report["epoch_s"] and 0 < report["bare_step_ms"] and 0 < report["loop_vs_bare_gpu"]
+    timed = sorted(e["epoch_s"] for e in report["epochs"][2:])  # past the first two epochs (compilation)
+    assert report["epoch_s"] == round(timed[len(timed) // 2], 3)
+    assert report["val_acc_last"] == report["epochs"][-1]["val_acc"]
+    assert report["val_acc_best"] == max(e["val_acc"] for e in report["epochs"])
+    assert 0 < report["val_s"] < report["epoch_s"]  # the validation pass is a part of the epoch
+    for threshold, hit in report["time_to_val_acc"].items():  # the first validation at or above it, or null
+        reaching = [e for e in report["epochs"] if e["val_acc"] >= float(threshold)]
+        expected = reaching[0] if reaching else None
+        assert hit == (
+            expected
+            and {"seconds": expected["elapsed_s"], "epoch": expected["epoch"] + 1, "val_acc": expected["val_acc"]}
+        )
+    assert sorted(report["time_to_val_acc"]) == ["0.70", "0.80", "0.85", "0.90"]
+    elapsed = [e["elapsed_s"] for e in report["epochs"]]
+    assert elapsed == sorted(elapsed) and elapsed[-1] >= sum(e["epoch_s"] for e in report["epochs"][:-1])
+    assert report["train_epoch_s"] == pytest.approx(report["epoch_s"] - report["val_s"], abs=1e-3)
+    assert report["loop_vs_bare_gpu_train"] == pytest.approx(
+        report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["train_epoch_s"], abs=1e-3
+    )
+    assert report["loop_vs_bare_gpu"] == pytest.approx(
+        report["steps_per_epoch"] * report["bare_step_ms"] / 1000 / report["epoch_s"], abs=1e-3
+    )
+    export = report["export"]
+    assert export["exit_status"] == 0 and export["val_images"] == 16  # the stand-in folder's 16 val images
+    assert 0 <= export["val_acc"] <= 1
+    shipped = REPO / "checkpoints" / f"{report['model']}.cifar10.json"
+    if shipped.is_file():  # a member that ships: the shipped file's figure beside the run's
+        assert export["shipped_val_acc"] == json.loads(shipped.read_text())["val_accuracy"]
+
+
 @pytest.mark.slow  # a train.py run, an export and a bare step in subprocesses
 def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp_path: Path) -> None:
     proc = subprocess.run(
@@ -108,6 +145,9 @@ def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp
         member = result["model"]
         assert f"{job.name}/{member}.cifar10_gpu.safetensors" in names
         assert f"{job.name}/run/checkpoints/last.ckpt" in names and f"{job.name}/job.log" in names
+        assert f"{job.name}/run/config.yaml" in names and f"{job.name}/train.log" in names
+        if result.get("bare_step_ms") is not None:  # a GPU suite job: its report checked step by step
+            _check_suite_report(result)
 
 
 def test_the_queue_table_shows_what_a_finished_job_measured(tmp_path: Path) -> None:
