@@ -17,7 +17,7 @@ from .base import ImageDataModule
 
 __all__ = ["DIGITS_AUGMENTATION", "DigitsDataModule"]
 
-# Chosen on the digits' validation split (benchmarks/default_job.py; the comparison is in docs/results.md):
+# Chosen on the digits' validation split (benchmarks/default_job.py; the comparison is in docs/results_digits.md):
 # the digits fill their frame, so the crop keeps 70-100% of it with mild aspect changes; they are not
 # mirror-symmetric, so no flips. Rotations/shifts (RandomAffine), random erasing, mixup and RandAugment
 # did not do better here.
