@@ -73,3 +73,26 @@ def test_the_term_is_float32_under_bf16_autocast() -> None:
     plain = objective.term()
     assert under_autocast.dtype == torch.float32
     assert float(under_autocast) == pytest.approx(float(plain), rel=1e-6)
+
+
+def test_a_card_states_the_terms_weight_and_images(tmp_path) -> None:
+    import json
+
+    import lightning as L
+
+    from crate.export import export_checkpoint
+    from crate.lit import DigitsDataModule
+
+    torch.manual_seed(0)
+    module = ImageClassifier(
+        "crate_nano_patch4_32", in_chans=1, img_size=16, warmup_epochs=0, objective_weight=0.01, objective_images=3
+    )
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DigitsDataModule(img_size=16, batch_size=32))
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    trainer.save_checkpoint(ckpt)
+    card = export_checkpoint(ckpt, tmp_path / "objective.safetensors", measure=False)
+    assert (card["recipe"]["objective_weight"], card["recipe"]["objective_images"]) == (0.01, 3)
+    assert "| objective_images | 3 |" in (tmp_path / "objective.md").read_text()
+    assert json.loads((tmp_path / "objective.json").read_text())["recipe"]["objective_weight"] == 0.01

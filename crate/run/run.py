@@ -118,6 +118,7 @@ class Run:
         recipe = {k: hp[k] for k in RECIPE_KEYS if hp.get(k) is not None}
         if hp.get("objective_weight"):  # the layer-objective term, where a run trained with it
             recipe["objective_weight"] = hp["objective_weight"]
+            recipe["objective_images"] = hp.get("objective_images", 8)  # 8: runs from before it was a setting
         if hp.get("lr_base_size"):  # lr is the rate at that batch size, scaled to the run's
             recipe.update(lr_base_size=hp["lr_base_size"], lr_base_scale=hp.get("lr_base_scale", "sqrt"))
             recipe["peak_lr"] = self.checkpoint.lightning.get("peak_lr")
