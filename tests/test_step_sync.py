@@ -133,3 +133,25 @@ def test_the_compiled_step_equals_the_eager_step(monkeypatch: pytest.MonkeyPatch
     for key in eager:
         torch.testing.assert_close(compiled[key], eager[key], rtol=1e-4, atol=1e-5, msg=key)
     assert not torch.equal(eager["model.head.weight"], results[0][1]["model.head.weight"] * 0)  # trained weights
+
+
+def test_the_steps_that_log_are_lightnings_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``logs_this_step`` (public trainer state) picks the steps Lightning's logger connector writes (every third
+    step here), step by step."""
+    from crate.lit.step_logging import logs_this_step
+
+    class Record(Callback):
+        def __init__(self) -> None:
+            self.seen: list[tuple[bool, bool]] = []
+
+        def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:  # both rules, for the step to run
+            self.seen.append((logs_this_step(trainer), trainer._logger_connector.should_update_logs))
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+            trainer.should_stop = trainer.should_stop or trainer.global_step >= 5
+
+    record = Record()
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, img_size=32, model_kwargs={"depth": 1})
+    _quiet_trainer([record], max_epochs=1, log_every_n_steps=3).fit(module, _data(monkeypatch))
+    assert [ours for ours, _ in record.seen] == [lightnings for _, lightnings in record.seen]
+    assert any(ours for ours, _ in record.seen) and not all(ours for ours, _ in record.seen)

@@ -200,6 +200,8 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(ClassicalBaseline, "baseline")
         parser.add_lightning_class_args(WeightSnapshots, "snapshots")
 
+    # Lightning 2.6: LightningCLI reads --ckpt_path in this private hook, where it also loads the checkpoint's
+    # hyper-parameters over the config's; the override keeps the config's and refuses another model's file
     def _parse_ckpt_path(self) -> None:
         """Resolve ``--ckpt_path`` (``last`` across the run's versions), read it through the zoo's checkpoint
         reader (clear errors for missing, corrupt or foreign files) and check that it was trained as the

@@ -29,7 +29,7 @@ from .data.folder import DataError
 from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
-from .step_logging import StepLogging, epoch_loss_metric
+from .step_logging import StepLogging, epoch_loss_metric, logs_this_step
 
 __all__ = ["SelfDistillation"]
 
@@ -191,7 +191,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
             reduce_cov=self.hparams.reduce_cov,
         )
         self.log_training_step(loss, batch_size)
-        if self.trainer._logger_connector.should_update_logs:
+        if logs_this_step(self.trainer):
             self.log("train/compression", compression, batch_size=batch_size)
             self.log("train/expansion", expansion, batch_size=batch_size)
         return loss

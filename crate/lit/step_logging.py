@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from torchmetrics import MeanMetric, Metric
 
-__all__ = ["StepLogging", "epoch_loss_metric"]
+__all__ = ["StepLogging", "epoch_loss_metric", "logs_this_step"]
+
+
+def logs_this_step(trainer: L.Trainer) -> bool:
+    """Whether the loggers write the current training step: every ``log_every_n_steps`` optimizer steps and at
+    the last one (Lightning's own rule, read from the trainer's public state)."""
+    return (trainer.global_step + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
 
 
 def epoch_loss_metric() -> MeanMetric:
@@ -37,7 +44,7 @@ class StepLogging:
         """Log a training step: the loss and learning rate when written, ``train/<name>`` epoch metrics."""
         trainer = self.trainer
         bar = trainer.progress_bar_callback is not None
-        if bar or trainer._logger_connector.should_update_logs:
+        if bar or logs_this_step(trainer):
             self.log("train/loss", loss, prog_bar=bar, batch_size=batch_size)
             self.log("train/lr", self.applied_lr(), on_step=True, on_epoch=False, batch_size=batch_size)
         self.train_loss_mean.update(loss.detach())

@@ -101,6 +101,8 @@ class ImageDataModule(L.LightningDataModule):
     def _batches_done(self) -> int:
         """Batches of the current epoch the training loop has finished (0 outside a fit)."""
         trainer = self.trainer
+        # Lightning 2.6 has no public count of the batches an epoch has finished; its training loop's progress
+        # tracker is the one that a resumed run restores, which is what keeps the sampler's position exact
         return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
 
     def _epoch_batches(self) -> float:
