@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_train
+from conftest import REPO, run_in_process
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -26,7 +26,7 @@ def test_snapshots_land_at_their_points_load_through_the_reader_and_measure_as_t
     from crate.models import read_checkpoint
     from crate.run import build_model, resolve_data
 
-    proc = run_train(
+    proc = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.max_epochs", "2",
         "--trainer.enable_progress_bar", "false", "--log_root", str(tmp_path), "--snapshots.enabled", "true",
         "--snapshots.steps", "[0, 10]", "--snapshots.epochs", "[1]",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -42,15 +41,13 @@ def test_simdino_without_multi_crop_views_is_refused_in_one_line(tmp_path: Path)
             folder.mkdir(parents=True)
             for i in range(4):
                 Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    command = [sys.executable, "pretrain.py", "--objective", "simdino", "fit"]
-    command += [
-        "--config",
-        "configs/simdino/crate_nano_cifar10.yaml",
-        "--data.init_args.root",
-        str(tmp_path / "images"),
-    ]
-    command += ["--data.init_args.multi_crop", "null", "--log_root", str(tmp_path / "logs"), "--trainer.max_steps", "1"]
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    from conftest import run_in_process
+
+    proc = run_in_process(
+        "--objective", "simdino", "fit", "--config", str(REPO / "configs/simdino/crate_nano_cifar10.yaml"),
+        "--data.init_args.root", str(tmp_path / "images"), "--data.init_args.multi_crop", "null",
+        "--log_root", str(tmp_path / "logs"), "--trainer.max_steps", "1", program="pretrain.py",
+    )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert (

@@ -38,9 +38,9 @@ def test_the_run_room_imports_nothing_above_it_and_nothing_outside_the_report_re
 
 
 def test_a_run_s_recipe_says_unknown_without_its_config_and_reads_it_with_one(tmp_path: Path) -> None:
-    from conftest import run_train
+    from conftest import run_in_process
 
-    result = run_train(
+    result = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--log_root", str(tmp_path),
         "--trainer.enable_progress_bar", "false",
