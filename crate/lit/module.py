@@ -40,6 +40,34 @@ __all__ = ["ImageClassifier"]
 _COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def _check_settings(hp: Any) -> None:
+    """One clear ValueError for a setting of :class:`ImageClassifier` that cannot train, before anything is built."""
+    if hp.num_classes < 2:
+        raise ValueError(
+            f"a classifier needs two or more classes, and the data has {hp.num_classes}: give each class a folder "
+            "(train/<class>/<images>), or pretrain on unlabelled images with pretrain.py"
+        )
+    if hp.optimizer.lower() not in list_optimizers():
+        raise ValueError(f"unknown optimizer {hp.optimizer!r}; choose one of timm.optim.list_optimizers()")
+    if hp.lr_base_size is not None and hp.lr_base_size < 1:
+        raise ValueError(f"lr_base_size must be a batch size >= 1 or None, got {hp.lr_base_size}")
+    if hp.lr_base_scale not in ("sqrt", "linear"):
+        raise ValueError(f"lr_base_scale must be 'sqrt' or 'linear', got {hp.lr_base_scale!r}")
+    if hp.ema_decay is not None and not 0.0 < hp.ema_decay < 1.0:
+        raise ValueError(f"ema_decay must lie in (0, 1), got {hp.ema_decay}")
+    if not 0.0 <= hp.drop_path_rate < 1.0:
+        raise ValueError(f"drop_path_rate must lie in [0, 1), got {hp.drop_path_rate}")
+    if hp.compile_mode is not None and hp.compile_mode not in _COMPILE_MODES:
+        raise ValueError(f"compile_mode must be one of {_COMPILE_MODES} or None, got {hp.compile_mode!r}")
+    if hp.objective_weight < 0 or hp.objective_images < 1:
+        raise ValueError(
+            f"objective_weight must be >= 0 (0: off) and objective_images >= 1, got {hp.objective_weight}, "
+            f"{hp.objective_images}"
+        )
+    if hp.class_weights is not None and len(hp.class_weights) != hp.num_classes:
+        raise ValueError(f"class_weights has {len(hp.class_weights)} weights for {hp.num_classes} classes")
+
+
 class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModule):
     """Image classification with any timm model name (zoo or timm's own).
 
@@ -125,38 +153,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         super().__init__()
         self.save_hyperparameters()
         self.check_optimization()
-        if num_classes < 2:
-            raise ValueError(
-                f"a classifier needs two or more classes, and the data has {num_classes}: give each class a folder "
-                "(train/<class>/<images>), or pretrain on unlabelled images with pretrain.py"
-            )
-        if optimizer.lower() not in list_optimizers():
-            raise ValueError(f"unknown optimizer {optimizer!r}; choose one of timm.optim.list_optimizers()")
-        if lr_base_size is not None and lr_base_size < 1:
-            raise ValueError(f"lr_base_size must be a batch size >= 1 or None, got {lr_base_size}")
-        if lr_base_scale not in ("sqrt", "linear"):
-            raise ValueError(f"lr_base_scale must be 'sqrt' or 'linear', got {lr_base_scale!r}")
-        if ema_decay is not None and not 0.0 < ema_decay < 1.0:
-            raise ValueError(f"ema_decay must lie in (0, 1), got {ema_decay}")
-        if not 0.0 <= drop_path_rate < 1.0:
-            raise ValueError(f"drop_path_rate must lie in [0, 1), got {drop_path_rate}")
-        kwargs = dict(model_kwargs or {})
-        if drop_path_rate > 0:
-            kwargs["drop_path_rate"] = drop_path_rate
-        if pretrained_file is not None:
-            held = read_checkpoint(pretrained_file).num_classes
-            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=pretrained_file, num_classes=held or 0))
-        self.model = create_classifier(model_name, num_classes, in_chans, img_size, **kwargs)
-        if freeze_backbone:
-            head = {id(p) for p in self.model.get_classifier().parameters()}
-            for param in self.model.parameters():
-                param.requires_grad_(id(param) in head)
-        if compile_mode is not None and compile_mode not in _COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {_COMPILE_MODES} or None, got {compile_mode!r}")
-        if grad_checkpointing:
-            if not hasattr(self.model, "set_grad_checkpointing"):
-                raise ValueError(f"{model_name} does not support gradient checkpointing")
-            self.model.set_grad_checkpointing(True)
+        _check_settings(self.hparams)
+        self.model = self._build_model()
         # the average is a submodule: checkpointed with the run, never optimised (it has no gradients)
         self.model_ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=True) if ema_decay is not None else None
         if self.model_ema is not None:
@@ -164,11 +162,6 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for
             # validation and back afterwards, and does not warn that part of the module starts training in eval
             self.model_ema.train(self.training)
-        if objective_weight < 0 or objective_images < 1:
-            raise ValueError(
-                f"objective_weight must be >= 0 (0: off) and objective_images >= 1, got {objective_weight}, "
-                f"{objective_images}"
-            )
         # after the moving average's copy: only the trained model's forward is hooked
         self.layer_objective = LayerObjective(self.model, max_images=objective_images) if objective_weight > 0 else None
         self.mixup = None
@@ -180,8 +173,6 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 label_smoothing=label_smoothing,
                 num_classes=num_classes,
             )
-        if class_weights is not None and len(class_weights) != num_classes:
-            raise ValueError(f"class_weights has {len(class_weights)} weights for {num_classes} classes")
         # the training loss only (val/loss stays comparable across runs); not a checkpointed tensor: hparams hold it
         weight = torch.tensor(class_weights, dtype=torch.float32) if class_weights is not None else None
         self.register_buffer("class_weight", weight, persistent=False)
@@ -198,6 +189,27 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 for stage in ("val", "test")
             }
         )
+
+    def _build_model(self) -> nn.Module:
+        """The timm model the settings name, with stochastic depth, a pretrained file, a frozen backbone and
+        gradient checkpointing where asked."""
+        hp = self.hparams
+        kwargs = dict(hp.model_kwargs or {})
+        if hp.drop_path_rate > 0:
+            kwargs["drop_path_rate"] = hp.drop_path_rate
+        if hp.pretrained_file is not None:
+            held = read_checkpoint(hp.pretrained_file).num_classes
+            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=hp.pretrained_file, num_classes=held or 0))
+        model = create_classifier(hp.model_name, hp.num_classes, hp.in_chans, hp.img_size, **kwargs)
+        if hp.freeze_backbone:
+            head = {id(p) for p in model.get_classifier().parameters()}
+            for param in model.parameters():
+                param.requires_grad_(id(param) in head)
+        if hp.grad_checkpointing:
+            if not hasattr(model, "set_grad_checkpointing"):
+                raise ValueError(f"{hp.model_name} does not support gradient checkpointing")
+            model.set_grad_checkpointing(True)
+        return model
 
     def configure_model(self) -> None:
         """Compile in place (once) when asked: the module keeps its parameter names, so its state dict, its
