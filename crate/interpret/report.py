@@ -351,6 +351,52 @@ def _representatives_section(results: dict[str, dict[str, Any]]) -> list[str]:
     return ["## CBSA's representatives", "", text, "", table, ""]
 
 
+# The report's fixed prose: how each figure is measured, per section
+HOW_MEASURED = (
+    "- Controls (`controls` in metrics.json): every figure read from the traces is also given for the same"
+    " architecture at its initialisation (`random init`: built with the same arguments under seeds 0, 1, 2,"
+    " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"
+    " compression figure also along the controls' directions (next section); head redundancy and top-k"
+    " mass also for a uniform attention map. A figure a control reaches as well is not a finding.",
+    "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
+    " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
+    " the official convention it equals their code's figure). For a ViT, U is its query projection."
+    " The raw-stream row measures Z itself, whose norm grows with depth: it mixes scale with compression.",
+    "- Kernel statistics are taken on the double-centred scores J S J, which softmax cannot tell apart"
+    " from S. Where query and key are one projection (CRATE), J S J is symmetric PSD for any weights:"
+    " those two rows are 0 by construction and are not findings. Effective rank and agreement with the"
+    " kernel's top eigenvectors can differ between models; the agreement's chance level is p/(N-1).",
+    "- Segmentation: per head, the patches holding 60% of the class token's attention against the"
+    " foreground patches (at least half their pixels foreground); chance: random patch sets of the same size.",
+    "- Coherence: mean over head pairs of the largest cosine between their subspaces, next to Gaussian"
+    " subspaces of the same shape.",
+)
+OBJECTIVE_TEXT = (
+    "CRATE's layers are derived from the sparse rate reduction R(Z) - R^c(Z | U) - lambda ||Z||_1, not from"
+    " R^c alone: a shared update that aligns unit-norm tokens lowers R^c and R together. Per layer, the"
+    " full-step change of R^c, R and R - R^c (official convention, on LN(Z)) along the trained attention step;"
+    " of R - R^c also along the nulls (mean ± sd over their draws), the theory's MSSA step and the objective's"
+    " own gradient step at the trained step's norm; each direction's cosine with grad (R - R^c) at Z (1 for"
+    " the gradient step, about 0 for the nulls); and the ISTA step's change of its LASSO objective"
+    " lambda ||x||_1 + 1/2 ||y - D x||^2 (mean over tokens) beside nulls of its size and the LASSO's own"
+    " descent step. A step beats a null when it lies beyond the null's mean by 2 sd in the improving direction."
+)
+SEEDS_TEXT = (
+    "Relative dispersion is the tokens' mean squared distance from their mean over their mean squared"
+    " norm: 0 when all tokens are equal. Read the four points of a layer left to right: the raw input,"
+    " the attention's input after its norm, after the attention's residual update, after the next norm."
+    " The N' columns give the mean relative change of each head's output when its keys are a random"
+    " N' of the N tokens: attention read as inference from the tokens improves as N' grows."
+)
+PROBE_TEXT = (
+    "How linearly separable the classes are in each layer's mean-pooled tokens: a logistic regression on a"
+    " sample of training images' mean token per layer, scored on a sample of validation images. It can sit"
+    " below the model's own accuracy: the model's head reads the class token after the final norm and was"
+    " trained on every training image with augmentation, the probe reads the mean of the tokens and sees a"
+    " sample. The dotted line is chance, 1 / classes."
+)
+
+
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
     settings = next(iter(results.values()))["rate_settings"]
@@ -377,23 +423,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "How each figure is measured:",
         "",
-        "- Controls (`controls` in metrics.json): every figure read from the traces is also given for the same"
-        " architecture at its initialisation (`random init`: built with the same arguments under seeds 0, 1, 2,"
-        " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"
-        " compression figure also along the controls' directions (next section); head redundancy and top-k"
-        " mass also for a uniform attention map. A figure a control reaches as well is not a finding.",
-        "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
-        " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
-        " the official convention it equals their code's figure). For a ViT, U is its query projection."
-        " The raw-stream row measures Z itself, whose norm grows with depth: it mixes scale with compression.",
-        "- Kernel statistics are taken on the double-centred scores J S J, which softmax cannot tell apart"
-        " from S. Where query and key are one projection (CRATE), J S J is symmetric PSD for any weights:"
-        " those two rows are 0 by construction and are not findings. Effective rank and agreement with the"
-        " kernel's top eigenvectors can differ between models; the agreement's chance level is p/(N-1).",
-        "- Segmentation: per head, the patches holding 60% of the class token's attention against the"
-        " foreground patches (at least half their pixels foreground); chance: random patch sets of the same size.",
-        "- Coherence: mean over head pairs of the largest cosine between their subspaces, next to Gaussian"
-        " subspaces of the same shape.",
+        *HOW_MEASURED,
         "",
         "## Layer-wise white-box curves",
         "",
@@ -407,14 +437,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "## The whole objective",
         "",
-        "CRATE's layers are derived from the sparse rate reduction R(Z) - R^c(Z | U) - lambda ||Z||_1, not from"
-        " R^c alone: a shared update that aligns unit-norm tokens lowers R^c and R together. Per layer, the"
-        " full-step change of R^c, R and R - R^c (official convention, on LN(Z)) along the trained attention step;"
-        " of R - R^c also along the nulls (mean ± sd over their draws), the theory's MSSA step and the objective's"
-        " own gradient step at the trained step's norm; each direction's cosine with grad (R - R^c) at Z (1 for"
-        " the gradient step, about 0 for the nulls); and the ISTA step's change of its LASSO objective"
-        " lambda ||x||_1 + 1/2 ||y - D x||^2 (mean over tokens) beside nulls of its size and the LASSO's own"
-        " descent step. A step beats a null when it lies beyond the null's mean by 2 sd in the improving direction.",
+        OBJECTIVE_TEXT,
         "",
         objective_table(results),
         "",
@@ -427,11 +450,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "![seeds](seeds.png)",
         "",
-        "Relative dispersion is the tokens' mean squared distance from their mean over their mean squared"
-        " norm: 0 when all tokens are equal. Read the four points of a layer left to right: the raw input,"
-        " the attention's input after its norm, after the attention's residual update, after the next norm."
-        " The N' columns give the mean relative change of each head's output when its keys are a random"
-        " N' of the N tokens: attention read as inference from the tokens improves as N' grows.",
+        SEEDS_TEXT,
         "",
         _seed_rows(results),
         "",
@@ -439,11 +458,7 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "![probe](probe.png)",
         "",
-        "How linearly separable the classes are in each layer's mean-pooled tokens: a logistic regression on a"
-        " sample of training images' mean token per layer, scored on a sample of validation images. It can sit"
-        " below the model's own accuracy: the model's head reads the class token after the final norm and was"
-        " trained on every training image with augmentation, the probe reads the mean of the tokens and sees a"
-        " sample. The dotted line is chance, 1 / classes.",
+        PROBE_TEXT,
     ]
     for label, files in pictures.items():
         parts += ["", f"## `{label}`: attention, segmentation, PCA and subspaces", ""]
