@@ -1,5 +1,7 @@
 """A reduced CIFAR-10 image folder for recipe trials: N training and M validation images a class, a fixed draw
-from data/cifar10's train and val splits, as symbolic links (nothing copied).
+from data/cifar10's train and val splits, as symbolic links (nothing copied), and the whole official test split
+beside them (``test``, a link to the source's, where it has one: a tag trained on the subset is scored on the
+same 10,000 test images as any other).
 
     python benchmarks/cifar10_subset.py data/cifar10 data/cifar10_10k --train 1000 --val 200
 
@@ -44,6 +46,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     counts = write_subset(args.source, args.target, {"train": args.train, "val": args.val}, args.seed)
+    test = args.target / "test"
+    if (args.source / "test").is_dir() and not test.exists():
+        test.symlink_to((args.source / "test").resolve(), target_is_directory=True)
     print(f"wrote {args.target}: " + ", ".join(f"{split} {n:,}" for split, n in counts.items()))
 
 

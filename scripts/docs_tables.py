@@ -35,7 +35,11 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 __all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_table"]
 
-DATASET_NAMES = {"digits": "digits (scikit-learn's 8x8 images)", "cifar10": "CIFAR-10 (val 5,000)"}
+DATASET_NAMES = {
+    "digits": "digits (scikit-learn's 8x8 images)",
+    "cifar10": "CIFAR-10 (val 5,000)",
+    "cifar10_10k": "CIFAR-10 subset (train 10,000, val 2,000)",
+}
 
 
 def _test_top1(dataset: str) -> dict[str, str]:

@@ -381,7 +381,8 @@ def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Pat
     [
         (
             "crate_nano_patch4_32.cifar1O",
-            "its tags (crate_nano_patch4_32.cifar10, crate_nano_patch4_32.cifar10_simdino, "
+            "its tags (crate_nano_patch4_32.cifar10, crate_nano_patch4_32.cifar10_10k_objective, "
+            "crate_nano_patch4_32.cifar10_simdino, "
             "crate_nano_patch4_32.digits, crate_nano_patch4_32.digits_objective)",
             "",
         ),

@@ -264,6 +264,15 @@ default_cfgs = generate_default_cfgs(
         ),
         "crate_nano_patch4_32.cifar10": cifar10_cfg("crate_nano_patch4_32", cpu_cfg()),
         "crate_nano_patch4_32.cifar10_simdino": cifar10_simdino_cfg("crate_nano_patch4_32", cpu_cfg()),
+        "crate_nano_patch4_32.cifar10_10k_objective": dict(
+            cifar10_cfg("crate_nano_patch4_32", cpu_cfg()),
+            file=shipped_checkpoint("crate_nano_patch4_32.cifar10_10k_objective.safetensors"),
+            notes=(
+                "trained on a 10,000-image subset of CIFAR-10's train split (1,000 a class) for 50 epochs with the "
+                "layer-objective term at weight 0.01 (--model.objective_weight 0.01); val: 2,000 images of the val "
+                "split",
+            ),
+        ),
         "crate_nano_patch4_32.*": cpu_cfg(),
         "crate_micro_patch4_32.digits": digits_cfg("crate_micro_patch4_32", cpu_cfg()),
         "crate_micro_patch4_32.cifar10": cifar10_cfg("crate_micro_patch4_32", cpu_cfg()),
