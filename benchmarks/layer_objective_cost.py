@@ -1,5 +1,6 @@
 """What the layer-objective term (``--model.objective_weight``) costs a training step, as a ratio against the same
-step without it, measured in one run (median of 30 steps after 5 warm-up steps, the machine's threads).
+step without it, measured in one run: the two steps timed in turn, step by step (medians of 30 steps each after 5
+warm-up steps, the machine's threads).
 
     .venv/bin/python benchmarks/layer_objective_cost.py
 
@@ -10,7 +11,9 @@ float32), each with the term read on 8, 4 and 2 images of the batch (``--model.o
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -18,7 +21,8 @@ import crate  # noqa: F401
 from crate.lit import ImageClassifier
 
 
-def step_ms(weight: float, images: int, size: int, chans: int, batch: int, bf16: bool = False) -> float:
+def _step(weight: float, images: int, size: int, chans: int, batch: int, bf16: bool) -> Callable[[], None]:
+    """One training step of crate_nano (forward, the term where ``weight`` > 0, backward, AdamW), as a call."""
     torch.manual_seed(0)
     module = ImageClassifier(
         "crate_nano_patch4_32", in_chans=chans, img_size=size, objective_weight=weight, objective_images=max(images, 1)
@@ -35,14 +39,23 @@ def step_ms(weight: float, images: int, size: int, chans: int, batch: int, bf16:
         loss.backward()
         optimizer.step()
 
+    return step
+
+
+def ratio(images: int, size: int, chans: int, batch: int, bf16: bool, steps: int = 30) -> tuple[float, float]:
+    """The step without the term (median ms) and the ratio of the step with it to that, the two timed in turn,
+    step by step, so that a slow spell of the machine falls on both."""
+    plain, with_term = _step(0.0, 0, size, chans, batch, bf16), _step(0.01, images, size, chans, batch, bf16)
     for _ in range(5):
-        step()
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return 1000 * sorted(times)[len(times) // 2]
+        plain(), with_term()
+    times: dict[Callable[[], None], list[float]] = {plain: [], with_term: []}
+    for _ in range(steps):
+        for step in (plain, with_term):
+            start = time.perf_counter()
+            step()
+            times[step].append(time.perf_counter() - start)
+    base, term = (statistics.median(times[step]) for step in (plain, with_term))
+    return 1000 * base, term / base
 
 
 def main() -> None:
@@ -54,8 +67,9 @@ def main() -> None:
         ("32 px RGB, batch 128, bf16 autocast", 32, 3, 128, True),
     )
     for label, size, chans, batch, bf16 in rows:
-        base = step_ms(0.0, 0, size, chans, batch, bf16)
-        ratios = [step_ms(0.01, images, size, chans, batch, bf16) / base for images in (8, 4, 2)]
+        measured = [ratio(images, size, chans, batch, bf16) for images in (8, 4, 2)]
+        base = statistics.median(ms for ms, _ in measured)
+        ratios = [r for _, r in measured]
         print(f"| {label} | {base:.1f} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
 
 

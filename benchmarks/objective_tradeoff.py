@@ -36,6 +36,18 @@ TASKS = {
 }
 
 
+def _weight(label: str) -> float:
+    """The weight of a run's label ("0.01", or "0.01 (4 images)" for a run whose term read 4 images a batch)."""
+    return float(label.split(" ")[0])
+
+
+def _label(rest: str) -> str:
+    """A run's label from its record's name after the stem: ``0p01`` or ``0p01_images4``."""
+    weight, _, images = rest.partition("_images")
+    weight = weight.replace("p", ".")
+    return f"{weight} ({images} images)" if images else weight
+
+
 def _cell(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:+.{digits}f}"
 
@@ -80,7 +92,7 @@ def verdict(records: dict[str, dict]) -> str:
     if chosen:
         first = chosen[0]
         acc = next(a for w, a, _, _ in counts if w == first)
-        costly = [w for w, a, _, _ in counts if float(w) > float(first) and a < base_acc - 0.01]
+        costly = [w for w, a, _, _ in counts if _weight(w) > _weight(first) and a < base_acc - 0.01]
         tail = (
             f"; larger weights ({', '.join(costly)}) keep the verdicts at the cost of the classifier" if costly else ""
         )
@@ -122,19 +134,20 @@ def main() -> None:
         " Below, per task and weight: the validation accuracy and, per layer at the run's last snapshot, whether"
         " the attention step raises R - R^c beyond both matched-norm nulls and aligns with its ascent beyond"
         " them (64 validation images, official convention; nulls: 8 draws, a step beats them beyond their"
-        " mean + 2 sd).",
+        " mean + 2 sd). The term reads 8 images of each batch (`--model.objective_images`) where the weight"
+        " column names no other number.",
         "",
     ]
     found = False
     for task, (stem, *_) in TASKS.items():
 
-        def weight(path: Path, stem: str = stem) -> str:
-            return path.stem.removeprefix(stem).replace("p", ".")
+        def label(path: Path, stem: str = stem) -> str:
+            return _label(path.stem.removeprefix(stem))
 
-        paths = sorted(Path(args.folder).glob(f"{stem}*.json"), key=lambda p: float(weight(p)))
+        paths = sorted(Path(args.folder).glob(f"{stem}*.json"), key=lambda p: (_weight(label(p)), label(p)))
         if paths:
             found = True
-            text += section(task, {weight(path): json.loads(path.read_text()) for path in paths})
+            text += section(task, {label(path): json.loads(path.read_text()) for path in paths})
     if not found:
         raise SystemExit(f"objective_tradeoff.py: no records in {args.folder}; run objective_tradeoff.sh first")
     Path(args.out).write_text("\n".join(text))

@@ -14,11 +14,14 @@ from crate.metrics import trace_model
 from crate.metrics.functional import coding_rate, compression_rate
 
 
-def test_the_term_equals_the_gain_per_unit_size_and_the_code_l1_by_the_zoos_float64_functions() -> None:
+@pytest.mark.parametrize("chans, size", [(1, 16), (3, 32)])  # 17 tokens (fewer than p = 24) and 65 (more)
+def test_the_term_equals_the_gain_per_unit_size_and_the_code_l1_by_the_zoos_float64_functions(
+    chans: int, size: int
+) -> None:
     torch.manual_seed(0)
-    model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16, depth=2)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=chans, img_size=size, depth=2)
     objective = LayerObjective(model, max_images=4)
-    images = torch.randn(6, 1, 16, 16)
+    images = torch.randn(6, chans, size, size)
     model(images)  # a training-mode forward with gradients on: the hooks keep what the term needs
     term = objective.term()
     expected = []

@@ -12,10 +12,10 @@ per image: the attention step's rate-reduction gain per unit of its relative siz
 step's direction, not its length; divided by the N tokens, a per-token figure like the loss), and the mean
 absolute value of the ISTA step's code. RR is the controls' measurement (official convention: unit-norm tokens,
 eps 0.01; equal to ``crate.metrics.coding_rate`` and ``compression_rate`` there), computed in float32 on the
-N x N Gram matrices by a Cholesky factorisation, from the tensors the forward already computes (read by forward
-hooks: no second forward pass), on the first ``max_images`` images of each batch (an unbiased estimate of the
-batch's mean: the batches are shuffled), which keeps its cost a fraction of the step's. Off by default (w = 0):
-nothing is hooked.
+smaller of the N x N and d x d (p x p for a subspace) Gram matrices by Cholesky factorisations batched over all
+layers, from the tensors the forward already computes (read by forward hooks: no second forward pass), on the
+first ``max_images`` images of each batch (an unbiased estimate of the batch's mean: the batches are shuffled),
+which keeps its cost a fraction of the step's. Off by default (w = 0): nothing is hooked.
 """
 
 from __future__ import annotations
@@ -31,12 +31,17 @@ __all__ = ["LayerObjective"]
 
 
 def _rate(tokens: torch.Tensor, eps: float) -> torch.Tensor:
-    """1/2 logdet(I + c/(N eps) Z Z^T) of unit-norm tokens Z (..., N, c), through a Cholesky factor of the N x N
-    matrix (positive definite: the identity plus a Gram matrix)."""
+    """1/2 logdet(I + c/(N eps) Z^T Z) of unit-norm tokens Z (..., N, c), through a Cholesky factor of the smaller
+    of the c x c and N x N matrices (equal determinants; positive definite: the identity plus a Gram matrix)."""
     unit = tokens / tokens.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     count, width = tokens.shape[-2], tokens.shape[-1]
-    gram = unit @ unit.transpose(-1, -2) * (width / (count * eps))
-    factor = torch.linalg.cholesky(gram + torch.eye(count, device=tokens.device, dtype=tokens.dtype))
+    if width < count:
+        gram = unit.transpose(-1, -2) @ unit
+    else:
+        gram = unit @ unit.transpose(-1, -2)
+    size = gram.shape[-1]
+    gram = gram * (width / (count * eps)) + torch.eye(size, device=tokens.device, dtype=tokens.dtype)
+    factor = torch.linalg.cholesky(gram)
     return factor.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
 
 
@@ -45,7 +50,7 @@ class LayerObjective:
     keep what the term needs during a training forward; :meth:`term` turns them into the loss term and forgets
     them."""
 
-    def __init__(self, model: nn.Module, eps: float = OFFICIAL_EPS, max_images: int = 8) -> None:
+    def __init__(self, model: nn.Module, eps: float = OFFICIAL_EPS, max_images: int = 4) -> None:
         self.eps = eps
         self.max_images = max_images
         self.records: list[dict[str, Any]] = []
@@ -86,28 +91,32 @@ class LayerObjective:
             return self._term(records)
 
     def _term(self, records: list[dict[str, Any]]) -> torch.Tensor:
-        parts = []
-        for record in records:
-            if "update" not in record:
-                continue
-            keep = self.max_images
-            block, z, update = record["block"], record["z"][:keep], record["update"][:keep]
-            U = block.attn.subspaces
-            before, after = record["attn_input"][:keep].float(), block.norm1(z + update).float()
+        """All layers at once: their kept tensors are stacked (L, B, N, d), so the term is two batched Cholesky
+        factorisations however deep the model, not four per layer (on a small step their fixed cost dominates)."""
+        records = [record for record in records if "update" in record]
+        if not records:
+            return torch.zeros(())
+        keep = self.max_images
+        # each kept tensor sliced once: a slice's backward writes a zero-filled tensor of the whole batch
+        z_kept = [record["z"][:keep] for record in records]
+        update_kept = [record["update"][:keep] for record in records]
+        z, update = torch.stack(z_kept).float(), torch.stack(update_kept).float()
+        before = torch.stack([record["attn_input"][:keep] for record in records]).float()
+        kept = zip(records, z_kept, update_kept, strict=True)
+        after = torch.stack([record["block"].norm1(zk + uk) for record, zk, uk in kept]).float()
+        U = torch.stack([record["block"].attn.subspaces for record in records]).float()  # (L, K, d, p)
 
-            gain = self._rate_reduction(after, U) - self._rate_reduction(before, U)
-            size = update.float().flatten(1).norm(dim=1) / z.float().flatten(1).norm(dim=1).clamp_min(1e-12)
-            per_layer = -(gain / size.clamp_min(1e-6)) / z.shape[1]
-            code = record.get("code")
-            if code is not None:
-                per_layer = per_layer + code[:keep].float().abs().mean(dim=(1, 2))
-            parts.append(per_layer.mean())
-        return torch.stack(parts).mean().float() if parts else torch.zeros(())
-
-    def _rate_reduction(self, tokens: torch.Tensor, subspaces: torch.Tensor) -> torch.Tensor:
-        """R(Z) - R^c(Z | U) per image (B,), official convention, for tokens (B, N, d) and U (K, d, p)."""
-        projected = torch.einsum("bnd,kdp->bknp", tokens, subspaces.float())
-        return _rate(tokens, self.eps) - _rate(projected, self.eps).sum(dim=-1)
+        tokens = torch.stack([before, after])  # (2, L, B, N, d)
+        projected = torch.einsum("slbnd,lkdp->slbknp", tokens, U)
+        rate_reduction = _rate(tokens, self.eps) - _rate(projected, self.eps).sum(dim=-1)  # (2, L, B)
+        gain = rate_reduction[1] - rate_reduction[0]
+        size = update.flatten(2).norm(dim=2) / z.flatten(2).norm(dim=2).clamp_min(1e-12)  # (L, B)
+        per_layer = -(gain / size.clamp_min(1e-6)) / z.shape[2]
+        codes = [record.get("code") for record in records]
+        zero = torch.zeros_like(gain[0])
+        sparsity = [code[:keep].float().abs().mean(dim=(1, 2)) if code is not None else zero for code in codes]
+        per_layer = per_layer + torch.stack(sparsity)
+        return per_layer.mean(dim=1).mean().float()
 
     def remove(self) -> None:
         for handle in self.handles:
