@@ -50,6 +50,30 @@ def test_the_vit_twins_are_ccts_models_and_the_crate_twins_match_them(shape: str
         assert model.blocks[0].attn.num_heads == heads
 
 
+@pytest.mark.parametrize("name", ["crate_alpha_cct4_3x2_32", "cbt_cct4_3x2_32"])
+def test_crate_alpha_and_cbt_take_the_tokenizer_and_pooling_at_cct4s_count(name: str) -> None:
+    """Their layers as they are (CRATE-alpha's 3x dictionary, CBT's CBSA pooling the 8 x 8 patch grid onto 4 x 4
+    representatives), the tokenizer's tokens as layer 0's input, and CCT-4/3x2's count within 5%."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=10).eval()
+    layers, blocks, width, _, ratio, _ = CCT["cct4_3x2"]
+    count = sum(p.numel() for p in model.parameters())
+    assert abs(count / cct_parameters(layers, blocks, width, ratio) - 1) < 0.05
+    assert isinstance(model.patch_embed, ConvTokenizer) and isinstance(model.seq_pool, SeqPool)
+    assert model.num_prefix_tokens == 0 and model.pos_embed.shape == (1, 64, width)
+    images = torch.randn(2, 3, 32, 32)
+    traces = trace_model(model, images)
+    with torch.no_grad():
+        tokens = model.patch_embed(images) + model.pos_embed
+    torch.testing.assert_close(traces[0].z_in, tokens)
+    attn = model.blocks[0].attn
+    if name.startswith("crate_alpha"):
+        assert len(model.blocks) == 3 and model.blocks[0].ista.dictionary.shape == (width, 3 * width)
+    else:  # the representatives: the mean of each 2 x 2 cell of the token grid, no token skipped as a prefix
+        expected = tokens.reshape(2, 4, 2, 4, 2, width).mean(dim=(2, 4)).reshape(2, 16, width)
+        torch.testing.assert_close(attn.representatives(tokens), expected)
+
+
 def test_the_tokenizer_is_conv_relu_maxpool_blocks() -> None:
     torch.manual_seed(0)
     tokenizer = ConvTokenizer(img_size=32, in_chans=3, embed_dim=16, conv_layers=2, hidden_chans=8)

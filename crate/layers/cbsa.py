@@ -71,6 +71,7 @@ class CBSA(nn.Module):
         proj_drop: float = 0.0,
         rep_grid: int = 8,
         rep_pool: RepPool = "reference",
+        num_prefix_tokens: int = 1,
     ) -> None:
         super().__init__()
         if head_dim is None and dim % num_heads != 0:
@@ -82,7 +83,7 @@ class CBSA(nn.Module):
         self.scale = self.head_dim**-0.5
         self.rep_grid = rep_grid
         self.rep_pool = rep_pool
-        self.num_prefix_tokens = 1  # the class token, first
+        self.num_prefix_tokens = num_prefix_tokens  # the class token, first (0: a model without one)
         inner = num_heads * self.head_dim
         self.qkv = nn.Linear(dim, inner, bias=False)
         self.step_x = nn.Parameter(torch.randn(num_heads, 1, 1))

@@ -37,9 +37,11 @@ from .shipped import cifar10_cfg
 __all__ = ["cbt_block"]
 
 
-def cbt_block(rep_grid: int = 8, rep_pool: RepPool = "reference") -> partial:
-    """CRATE's block with CBSA as its attention, pooling onto ``rep_grid`` x ``rep_grid`` representatives."""
-    return partial(CrateBlock, attn_layer=partial(CBSA, rep_grid=rep_grid, rep_pool=rep_pool))
+def cbt_block(rep_grid: int = 8, rep_pool: RepPool = "reference", num_prefix_tokens: int = 1) -> partial:
+    """CRATE's block with CBSA as its attention, pooling onto ``rep_grid`` x ``rep_grid`` representatives (the
+    tokens after ``num_prefix_tokens``, with ``rep_pool="patches"``)."""
+    attn = partial(CBSA, rep_grid=rep_grid, rep_pool=rep_pool, num_prefix_tokens=num_prefix_tokens)
+    return partial(CrateBlock, attn_layer=attn)
 
 
 # Checkpoint filter: crate.models.convert.checkpoint_filter_fn (the authors' CBT layout among the official ones).
@@ -68,9 +70,11 @@ default_cfgs = generate_default_cfgs(
 
 
 def _create_cbt(variant: str, pretrained: bool = False, **kwargs: Any) -> CRATE:
-    """A CRATE model with the convolutional stem and CBSA blocks (``rep_grid``, ``rep_pool`` settings)."""
-    block = cbt_block(kwargs.pop("rep_grid", 8), kwargs.pop("rep_pool", "reference"))
-    return _create_crate(variant, pretrained, embed_layer=ConvStemTokens, block_fn=block, **kwargs)
+    """A CRATE model with CBSA blocks (``rep_grid``, ``rep_pool`` settings) and, unless ``embed_layer`` names
+    another, the convolutional stem."""
+    prefix = 1 if kwargs.get("class_token", True) else 0  # CBSA pools the tokens after the class token, if any
+    block = cbt_block(kwargs.pop("rep_grid", 8), kwargs.pop("rep_pool", "reference"), prefix)
+    return _create_crate(variant, pretrained, **dict(dict(embed_layer=ConvStemTokens), **kwargs), block_fn=block)
 
 
 def _reference(size: str, patch: int, pretrained: bool, kwargs: dict[str, Any]) -> CRATE:

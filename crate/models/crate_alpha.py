@@ -63,11 +63,13 @@ def init_crate_alpha_weights(model: nn.Module) -> None:
             nn.init.normal_(block.attn.proj.weight, std=0.02)
             for dictionary in (block.ista.dictionary, block.ista.output_dictionary):
                 nn.init.kaiming_uniform_(dictionary, mode="fan_out")  # (d, C d): fan_out is d, their fan_in
-        nn.init.kaiming_uniform_(model.patch_embed.proj.weight)  # fan_in = in_chans * p * p
-        if model.patch_embed.proj.bias is not None:
-            nn.init.zeros_(model.patch_embed.proj.bias)
+        if isinstance(model.patch_embed.proj, nn.Conv2d):  # a convolutional tokenizer keeps its own init
+            nn.init.kaiming_uniform_(model.patch_embed.proj.weight)  # fan_in = in_chans * p * p
+            if model.patch_embed.proj.bias is not None:
+                nn.init.zeros_(model.patch_embed.proj.bias)
         nn.init.normal_(model.pos_embed, std=0.02)
-        nn.init.normal_(model.cls_token, std=1e-6)
+        if model.cls_token is not None:
+            nn.init.normal_(model.cls_token, std=1e-6)
         if isinstance(model.head, nn.Linear):
             nn.init.normal_(model.head.weight, std=0.02)
             nn.init.zeros_(model.head.bias)
