@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
 .PHONY: setup lock train test test-fast lint clean docs docs-tables checkpoints results report report-cifar10 controls-table bench zoo-table attention-scaling \
-	cifar10-data checkpoints-cifar10 data-throughput time-to-accuracy step-overhead gpu-carry
+	cifar10-data checkpoints-cifar10 gpu-carry
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -160,25 +160,7 @@ zoo-table: $(STAMP)
 attention-scaling: $(STAMP)
 	$(PY) benchmarks/attention_scaling.py
 
-# The tensor-store data path against the PIL path on CIFAR-10 (benchmarks/results/data_throughput.json).
-data-throughput: $(STAMP)
-	test -d data/cifar10/train || $(MAKE) cifar10-data
-	$(PY) benchmarks/data_throughput.py
-
-# Wall time to 0.70 / 0.80 / 0.85 val accuracy of the CRATE and ViT-twin CIFAR-10 recipes, store and PIL paths.
-# Resumable (run it again after an interruption). On a 2-core CPU without bf16, a budget that stops at 0.70:
-# TIME_TO_ACCURACY_ARGS='--thresholds 0.5 0.6 0.7 0.8 0.85 --stop-at 0.7'
-TIME_TO_ACCURACY_ARGS ?=
-time-to-accuracy: $(STAMP)
-	test -d data/cifar10/train || $(MAKE) cifar10-data
-	$(PY) benchmarks/time_to_accuracy.py $(TIME_TO_ACCURACY_ARGS)
-
-# aten operations per training step by part, and the train.py loop's own time per step against a bare loop
-# (benchmarks/results/step_overhead.json; a few minutes).
-step-overhead: $(STAMP)
-	$(PY) benchmarks/step_overhead.py
-
-# What benchmarks/gpu_suite.sh needs on a GPU machine whose Python has torch, lightning, timm and torchmetrics
+# What tools/gpu_jobs/gpu_suite.sh needs on a GPU machine whose Python has torch, lightning, timm and torchmetrics
 # but not the CLI's parsers (both folders git-ignored, carried to the machine): the wheels of jsonargparse,
 # docstring_parser, typeshed_client and the lock's timm in .whl/ (downloaded once, for Python 3.12), the
 # CIFAR-10 archive in .gpu/.

@@ -48,7 +48,6 @@ import torch
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 MODELS = ("crate_tiny_patch16_224", "crate_base_patch16_224")
 SPECTRUM = 1.15  # amplitude ~ 1/f^SPECTRUM: natural images lie near 1

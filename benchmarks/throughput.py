@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/throughput.py --models crate_tiny_patch16_224 --dtypes bf16 --modes compiled
 
 The reference is the independent re-implementation of the official CRATE (and CRATE-alpha) code in
-``tests/official_layouts.py``: explicit softmax attention (einsum, softmax, einsum), the three-matmul ISTA
+``benchmarks/official_layouts.py``: explicit softmax attention (einsum, softmax, einsum), the three-matmul ISTA
 step, the same weights (the zoo model is loaded from the reference's state dict through the zoo's
 checkpoint conversion, and the logits are checked equal before anything is timed). The ViT twin has no
 official CRATE layout of its own; it is timed against the official CRATE of the same size, so its ratio
@@ -55,14 +55,12 @@ from typing import Any
 import timm
 import torch
 import torch.nn.functional as F
+from flops import flop_counter
+from official_layouts import OfficialCRATE, OfficialCrateAlpha
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from flops import flop_counter  # noqa: E402  (benchmarks/ is the script's own folder)
-from official_layouts import OfficialCRATE, OfficialCrateAlpha  # noqa: E402
 
 import crate  # noqa: E402,F401  (registers the zoo)
 from crate.lit.optimization import fused_kwargs  # noqa: E402

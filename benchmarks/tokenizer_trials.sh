@@ -4,7 +4,10 @@
 # benchmarks/cifar10_subset.py), 50 epochs of the base CIFAR-10 recipe (configs/cifar10.yaml), bf16, one
 # thread each. Each run resumes from its last checkpoint when started again. Results: logs/trials/<name>/.
 # TRIALS picks them (default: the four tokenizer trials); crate_cct_lr2e3 and crate_cct_no_policy try two recipe
-# parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy).
+# parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy); crate_cct_lr2e3_no_policy
+# both at once; crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
+# crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
+# CPU is given, resuming from its last checkpoint each time it is started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
@@ -30,6 +33,14 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     crate_cct_lr2e3) run crate_cct_lr2e3 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 ;;
     crate_cct_no_policy) run crate_cct_no_policy --model.model_name crate_cct4_3x2_32 \
       --data.init_args.augmentation.policy_prob 0.0 ;;
+    crate_cct_lr2e3_no_policy) run crate_cct_lr2e3_no_policy --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
+      --data.init_args.augmentation.policy_prob 0.0 ;;
+    # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
+    crate_alpha_cct) run crate_alpha_cct --model.model_name crate_alpha_cct4_3x2_32 ;;
+    cbt_cct) run cbt_cct --model.model_name cbt_cct4_3x2_32 ;;
+    # all 45,000 training images, 200 epochs at the learning rate that paid on the subset; resumes where it stopped
+    crate_cct_full) run crate_cct_full --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
+      --data.root data/cifar10 --trainer.max_epochs 200 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
   esac
 done

@@ -14,7 +14,7 @@ What it writes, and from what:
   (``benchmarks/controls_table.py --from-json``);
 - the package's rooms and imports (``CONTRIBUTING.md``, ``table:architecture``) from the code
   (``scripts/architecture.py``);
-- the GPU queue (``benchmarks/GPU_JOBS.md``, ``table:gpu-queue``) from ``benchmarks/gpu_queue.yaml`` and the
+- the GPU queue (``tools/gpu_jobs/GPU_JOBS.md``, ``table:gpu-queue``) from ``tools/gpu_jobs/gpu_queue.yaml`` and the
   finished jobs' JSONs in ``benchmarks/results/gpu_queue/``.
 The tests run ``--check``: a committed table that differs from what this writes fails them.
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # the table scripts import their siblings
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "tools" / "gpu_jobs"))
 
 __all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_table"]
 
@@ -150,7 +151,7 @@ def rendered() -> dict[Path, Callable[[], str]]:
     files[contributing] = lambda: _replace_block(
         contributing.read_text(), "architecture", architecture.picture(), contributing
     )
-    gpu = REPO / "benchmarks" / "GPU_JOBS.md"
+    gpu = REPO / "tools" / "gpu_jobs" / "GPU_JOBS.md"
     files[gpu] = lambda: _replace_block(gpu.read_text(), "gpu-queue", gpu_queue.queue_table(), gpu)
     return files
 

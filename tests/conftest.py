@@ -48,7 +48,6 @@ def run_in_process(*args: str, program: str = "train.py") -> subprocess.Complete
 
     model_class = None
     if program == "pretrain.py":  # its --objective picks the module, as the script does
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from pretrain import OBJECTIVES, objective_and_rest
 
         objective, rest = objective_and_rest(list(args))

@@ -4,14 +4,11 @@ weights and images)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO, run_in_process
-
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 pytestmark = pytest.mark.slow  # a train.py run and the controls of a snapshot
 

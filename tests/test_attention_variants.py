@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from flops import FUSED_ATTENTION_OPS, flop_counter
 
 from crate.layers import (
     TSSA,
@@ -20,9 +19,6 @@ from crate.layers import (
 
 DIM, HEADS, TOKENS = 32, 4, 17
 P = DIM // HEADS
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from flops import FUSED_ATTENTION_OPS, flop_counter  # noqa: E402
 
 
 def _qkv(layer: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

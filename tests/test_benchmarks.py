@@ -1,5 +1,5 @@
 """The benchmarks' own checks: the throughput benchmark refuses to time a zoo model whose logits differ
-from its reference, and writes its figures; the augmentation comparison writes the digits as a folder."""
+from its reference, and writes its figures; the zoo and controls tables train, measure and render."""
 
 from __future__ import annotations
 
@@ -10,19 +10,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
+import throughput
 import torch
-from PIL import Image
+from flops import flop_counter
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import throughput  # noqa: E402
-from augmentation_recipes import write_digits_folder  # noqa: E402
-from flops import flop_counter  # noqa: E402
-
-from crate.data.digits import load_digits_tensors  # noqa: E402
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -96,16 +89,6 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
         assert float(timm_row["param_count"]) == round(params / 1e6, 2)
         assert timm_row["infer_img_size"] == timm_row["train_img_size"] == "32"
     assert "| crate_nano_patch4_32 | bf16 | eager |" in proc.stdout
-
-
-def test_digits_folder_holds_the_datamodule_split(tmp_path: Path) -> None:
-    write_digits_folder(tmp_path, size=16, chans=1)
-    _, val = load_digits_tensors(img_size=16, in_chans=1)
-    files = sorted((tmp_path / "val").rglob("*.png"))
-    assert len(files) == len(val) and len(list((tmp_path / "train").rglob("*.png"))) == 1797 - len(val)
-    first = tmp_path / "val" / str(int(val.labels[0])) / "0.png"
-    pixels = np.asarray(Image.open(first), dtype=np.float64) / 255
-    assert np.abs(pixels - (val.images[0, 0].numpy() * 0.5 + 0.5)).max() <= 0.5 / 255 + 1e-6
 
 
 def test_scaling_crossover_is_the_first_size_from_which_a_layer_stays_faster() -> None:
@@ -219,118 +202,6 @@ def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_p
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "on cifar10" in out.read_text() and "`crate_nano_patch4_32_mlp` | CRATE-MLP" in out.read_text()
-
-
-@pytest.mark.slow
-def test_preset_cycle_resumes_validates_and_reloads_through_timm(tmp_path: Path) -> None:
-    out = tmp_path / "presets.json"
-    args = ["--presets", "cpu_bf16", "--model", "crate_nano_patch4_32", "--img-size", "32", "--epochs", "1"]
-    args += ["--batch", "64", "--workers", "1", "--out", str(out)]
-    script = str(REPO / "benchmarks" / "gpu_presets.py")
-    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (record,) = json.loads(out.read_text())["presets"]
-    assert record["steps"] == 23  # 1437 training digits in batches of 64
-    assert record["resume_epoch"] == 1  # the resumed run trained the next epoch
-    assert record["resume_val_acc"] == record["validate_val_acc"]  # validate reads the last checkpoint
-    assert record["wrapper_prefixes"] == []  # no wrapper prefixes (_orig_mod., module.) in the checkpoint
-    # the weights through timm in float32 against train.py validate in bf16 (near-ties may flip)
-    assert abs(record["timm_reload_acc"] - record["validate_val_acc"]) <= 3 / 360
-
-
-def test_data_throughput_writes_both_paths_and_the_fed_ratio_of_one_run(tmp_path: Path, monkeypatch) -> None:
-    import data_throughput
-    from test_tensor_store import write_folder
-
-    write_folder(tmp_path / "folder", size=32, classes=2, per_class=20, suffix=".png")
-    config = tmp_path / "recipe.yaml"
-    config.write_text("data:\n  init_args:\n    batch_size: 8\n    augmentation:\n      policy: trivial\n")
-    out = tmp_path / "throughput.json"
-    args = ["--root", str(tmp_path / "folder"), "--config", str(config), "--model", "crate_nano_patch4_32"]
-    args += ["--batches", "2", "--steps", "3", "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", ["data_throughput.py", *args])
-    data_throughput.main()
-    result = json.loads(out.read_text())
-    assert result["path_over_pil"] == pytest.approx(result["path_images_per_s"] / result["pil_images_per_s"])
-    assert result["pil_images_per_s"] == max(result["pil_images_per_s_by_workers"].values())
-    steps = result["step_seconds"]  # each kind's steps, timed one by one
-    assert len(steps["fed"]) == len(steps["resident"]) == len(steps["fed_crop_flip"]) == 3
-    assert result["step_fed_ratio"] == pytest.approx(sorted(steps["resident"])[1] / sorted(steps["fed"])[1])
-    assert result["step_fed_ratio_crop_flip"] == pytest.approx(
-        sorted(steps["resident"])[1] / sorted(steps["fed_crop_flip"])[1]
-    )
-    assert result["step_fed_images_per_s"] == pytest.approx(8 / sorted(steps["fed"])[1])
-    assert result["store_augmentation"]["policy"] == "trivial" and result["batch_size"] == 8
-    from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: bf16 only where the CPU runs it natively
-
-    assert result["precision"] == ("bf16 autocast" if cpu_has_native_bf16() else "fp32")
-
-
-def test_time_to_accuracy_reports_each_threshold_for_both_paths_and_resumes_an_interrupted_run(
-    tmp_path: Path, monkeypatch
-) -> None:
-    import time_to_accuracy
-    from test_tensor_store import write_folder
-
-    write_folder(tmp_path / "folder", size=32, classes=2, per_class=16, suffix=".png")
-    out, logs = tmp_path / "tta.json", tmp_path / "logs"
-    args = ["--models", "crate_nano_patch4_32", "--root", str(tmp_path / "folder"), "--thresholds", "0", "0.6", "1.01"]
-    args += ["--pil-workers", "0", "--log-root", str(logs), "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "1"])
-    time_to_accuracy.main()
-    for path in ("store", "pil"):  # as if the session had ended during epoch 2: no finished mark, a last.ckpt
-        (logs / f"crate_nano_patch4_32.{path}" / "time_to_accuracy.done").unlink()
-    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "2"])
-    time_to_accuracy.main()  # continues both runs from their checkpoints
-    runs = json.loads(out.read_text())["runs"]
-    assert [run["path"] for run in runs] == ["store", "pil"] and list(runs[0]["reached"]) == ["0.00", "0.60", "1.01"]
-    assert runs[0]["reached"]["1.01"] is None and runs[0]["reached"]["0.00"]["epoch"] == 1
-    assert sorted(p.name for p in (logs / "crate_nano_patch4_32.store").iterdir()) == [
-        "time_to_accuracy.done",
-        "version_0",
-    ]
-    metrics = logs / "crate_nano_patch4_32.store" / "version_0" / "metrics.csv"
-    before = metrics.read_bytes()
-    time_to_accuracy.main()  # finished runs are read back, not trained again
-    assert metrics.read_bytes() == before and json.loads(out.read_text())["runs"] == runs
-    for run in runs:
-        metrics = logs / f"crate_nano_patch4_32.{run['path']}" / "version_0" / "metrics.csv"
-        with metrics.open() as handle:  # read here, not through the script's own reader
-            logged = [r for r in csv.DictReader(handle) if r.get("val/acc") and r.get("time/elapsed_s")]
-        points = [(int(r["epoch"]), float(r["val/acc"]), float(r["time/elapsed_s"])) for r in logged]
-        assert [epoch for epoch, _, _ in points] == [0, 1] and points[0][2] < points[1][2]  # elapsed grows
-        for threshold, reached in run["reached"].items():
-            expected = next((p for p in points if p[1] >= float(threshold)), None)
-            assert (reached is None) == (expected is None)
-            if reached is not None:
-                assert reached["seconds"] == expected[2] and reached["epoch"] == expected[0] + 1
-    config = (logs / "crate_nano_patch4_32.pil" / "version_0" / "config.yaml").read_text()
-    assert "ImageFolderDataModule" in config and "StoredImageFolderDataModule" not in config
-    from crate.lit.cpu_precision import cpu_has_native_bf16  # auto: the recipe's bf16 only where it runs natively
-
-    assert f"precision: {'bf16-mixed' if cpu_has_native_bf16() else '32-true'}" in config
-    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", *args, "--max-epochs", "2", "--paths", "store"])
-    time_to_accuracy.main()  # one path: its finished run read back, the other path left out of the report
-    assert json.loads(out.read_text())["runs"] == runs[:1]
-
-
-def test_time_to_accuracy_names_the_recipes_when_a_model_has_none(tmp_path: Path, monkeypatch, capsys) -> None:
-    import time_to_accuracy
-
-    out = tmp_path / "tta.json"
-    for model in ("crate_nano_patch4_32_typo", "crate_mae_nano_patch4_32_pretrain"):  # no classification recipe
-        argv = ["time_to_accuracy.py", "--models", "crate_nano_patch4_32", model, "--paths", "store"]
-        monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--log-root", str(tmp_path / "logs")])
-        with pytest.raises(SystemExit) as exit_info:
-            time_to_accuracy.main()
-        message = capsys.readouterr().err
-        assert exit_info.value.code == 2 and model in message and "'vit_nano_patch4_32'" in message
-        assert "_pretrain'," not in message.split("one of")[1]
-    assert not out.exists() and not (tmp_path / "logs").exists()  # nothing trained, nothing written
-    monkeypatch.setattr(sys, "argv", ["time_to_accuracy.py", "--paths", "gpu"])
-    with pytest.raises(SystemExit):
-        time_to_accuracy.main()
-    assert "invalid choice: 'gpu'" in capsys.readouterr().err
 
 
 def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_from_json(

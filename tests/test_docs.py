@@ -12,11 +12,9 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import docs_tables
 import pytest
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-import docs_tables  # noqa: E402
 
 README = REPO / "README.md"
 PLACEHOLDERS = re.compile(r"^(DIR|PATH|RUN|NAME|OUT|CKPT)\b|[A-Z]{3,}|\$")

@@ -8,16 +8,14 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
+import gpu_queue
 import pytest
+from gpu_queue import Job, QueueError, load_queue, next_jobs, pack
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_queue  # noqa: E402
-from gpu_queue import Job, QueueError, load_queue, next_jobs, pack  # noqa: E402
 
 
 def _job(name: str, device_s: int, done: str | None = None) -> Job:
@@ -41,11 +39,11 @@ def test_the_committed_queue_is_runnable_as_written() -> None:
 
 def test_the_next_jobs_are_the_first_pending_ones_that_fit_the_time_left() -> None:
     jobs = [_job("a", 300, done="abc1234"), _job("b", 300), _job("c", 400), _job("d", 150), _job("e", 100)]
-    assert [j.name for j in next_jobs(jobs, 480)] == ["b", "d"]  # c does not fit after b; d does
-    assert [j.name for j in next_jobs(jobs, 299)] == ["d", "e"]
-    assert next_jobs(jobs, 90) == []
+    assert [j.name for j in next_jobs(jobs, 480, max_jobs=6)] == ["b", "d"]  # c does not fit after b; d does
+    assert [j.name for j in next_jobs(jobs, 299, max_jobs=6)] == ["d", "e"]
+    assert next_jobs(jobs, 90, max_jobs=6) == []
     many = [_job(str(i), 10) for i in range(10)]
-    assert len(next_jobs(many, 480)) == gpu_queue.MAX_JOBS  # what comes back stays within 8 files
+    assert [j.name for j in next_jobs(many, 480, max_jobs=3)] == ["0", "1", "2"]
 
 
 _ENTRY = "jobs:\n  - name: a\n    what: x\n    run: r\n    writes: w\n    done: null\n"
@@ -82,7 +80,7 @@ def test_an_archive_over_the_limit_leaves_out_its_largest_files_by_name(tmp_path
 
 
 def _check_suite_report(report: dict) -> None:
-    """A GPU suite report (``benchmarks/gpu_suite.py``) of a dry run: every step ran, and each derived figure is
+    """A GPU suite report (``tools/gpu_jobs/gpu_suite.py``) of a dry run: every step ran, and each derived figure is
     what the per-epoch records give."""
     assert report["dry_run"] is True and report["train"]["exit_status"] == 0
     assert "--config configs/cifar10/gpu.yaml" in report["train"]["command"]
@@ -121,11 +119,13 @@ def _check_suite_report(report: dict) -> None:
 @pytest.mark.slow  # a train.py run, an export and a bare step in subprocesses
 def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp_path: Path) -> None:
     proc = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--next", "--dry-run", "--time-left", "480"],
+        # the old entry point, which forwards to tools/gpu_jobs/gpu_suite.sh: both are exercised
+        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--next", "--dry-run", "--time-left", "480",
+         "--window-s", "480", "--max-files", "8", "--max-file-mib", "16"],
         cwd=REPO, env=dict(os.environ, OUT_DRY=str(tmp_path)), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    first = next_jobs(load_queue(), 480)
+    first = next_jobs(load_queue(), 480, max_jobs=6)
     assert first, "the queue has no pending job that fits a window"
     returned = sorted(p.name for p in tmp_path.iterdir() if p.is_file())  # images/ is the dry run's stand-in data
     assert returned == sorted([*(f"{job.name}.json" for job in first), "artifacts.tar.gz", "queue_run.json"])
@@ -148,6 +148,26 @@ def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp
         assert f"{job.name}/run/config.yaml" in names and f"{job.name}/train.log" in names
         if result.get("bare_step_ms") is not None:  # a GPU suite job: its report checked step by step
             _check_suite_report(result)
+
+
+def test_the_machine_s_limits_are_arguments_the_window_keeps_to(tmp_path: Path) -> None:
+    """--max-files bounds the jobs of one window (a JSON each beside the archive and queue_run.json), --window-s
+    the longest job a queue may hold, --max-file-mib the archive; each refusal is one line."""
+    queue = tmp_path / "queue.yaml"
+    entry = (
+        "  - name: {0}\n    what: x\n    device_s: 100\n    run: '{{python}} -c pass'\n    writes: w\n    done: null\n"
+    )
+    queue.write_text("jobs:\n" + "".join(entry.format(name) for name in "abcd"))
+    out = tmp_path / "out"
+    args = ["--next", "--queue", str(queue), "--out", str(out), "--time-left", "480"]
+    assert gpu_queue.main([*args, "--max-files", "4", "--max-file-mib", "1"]) == 0
+    summary = json.loads((out / "queue_run.json").read_text())
+    assert [entry["job"] for entry in summary["ran"]] == ["a", "b"] and summary["pending_after"] == ["c", "d"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.json", "artifacts.tar.gz", "b.json", "queue_run.json"]
+    with pytest.raises(QueueError, match="one window holds 90"):
+        load_queue(queue, window_s=90)
+    assert gpu_queue.main([*args, "--window-s", "90"]) == 2
+    assert gpu_queue.main([*args, "--max-files", "2"]) == 2
 
 
 def test_the_queue_table_shows_what_a_finished_job_measured(tmp_path: Path) -> None:

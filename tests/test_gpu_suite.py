@@ -20,7 +20,7 @@ def test_the_gpu_suite_refuses_to_run_its_real_steps_without_a_gpu(tmp_path: Pat
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     proc = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--out", str(tmp_path)],
+        ["bash", str(REPO / "tools" / "gpu_jobs" / "gpu_suite.sh"), "--out", str(tmp_path)],
         cwd=REPO, env=dict(os.environ, CIFAR10_TAR=str(tmp_path / "none.tar.gz")), capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip

@@ -4,15 +4,12 @@ permutation give, from fabricated files in the two source formats."""
 from __future__ import annotations
 
 import gzip
-import sys
 from pathlib import Path
 
+import held_out_folders
 import numpy as np
 import pytest
 from PIL import Image
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import held_out_folders  # noqa: E402
 
 
 def _written(root: Path) -> dict[int, tuple[str, str, np.ndarray]]:

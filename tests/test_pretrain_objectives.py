@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from crate.lit import MaskedAutoencoder, SelfDistillation
+from pretrain import OBJECTIVES, objective_and_rest
 
-from crate.lit import MaskedAutoencoder, SelfDistillation  # noqa: E402
-from pretrain import OBJECTIVES, objective_and_rest  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_objective_is_read_before_the_subcommand() -> None:

@@ -35,7 +35,7 @@ def _folder(root: Path) -> Path:
 @pytest.mark.slow  # four train.py processes, two at once
 def test_runs_share_the_device_after_the_first_alone_and_the_windows_merge_into_one_table(tmp_path: Path) -> None:
     data, out = _folder(tmp_path / "images"), tmp_path / "out"
-    command = [sys.executable, "benchmarks/zoo_table_gpu.py", "--dry-run", "--data", str(data), "--out", str(out)]
+    command = [sys.executable, "tools/gpu_jobs/zoo_table_gpu.py", "--dry-run", "--data", str(data), "--out", str(out)]
     command += ["--members", *MEMBERS, "--seeds", "0", "1", "--epochs", "2", "--parallel", "2", "--first-alone"]
     command += ["--report", "result.json", "--budget-s", "600"]
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'benchmarks'}")
@@ -76,7 +76,7 @@ def test_runs_share_the_device_after_the_first_alone_and_the_windows_merge_into_
     second = tmp_path / "second.json"
     second.write_text(json.dumps({"result": later}))  # as the queue's record holds it
     table = tmp_path / "table.md"
-    merge = [sys.executable, "benchmarks/zoo_table_gpu.py", "--merge", str(out / "result.json"), str(second)]
+    merge = [sys.executable, "tools/gpu_jobs/zoo_table_gpu.py", "--merge", str(out / "result.json"), str(second)]
     proc = subprocess.run([*merge, "--table", str(table)], cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     merged = json.loads(table.with_suffix(".json").read_text())

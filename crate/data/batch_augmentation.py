@@ -44,8 +44,8 @@ image, bit for bit (the tests compare every operation and magnitude with torchvi
   the image's histogram as torchvision does), composed with the normalisation, and one gather applies
   them.
 
-So a batch costs the same few dozen tensor operations whatever its size and draws (``make step-overhead``,
-``benchmarks/step_overhead.py`` counts them), and nothing in it waits for the device. The index and lookup
+So a batch costs the same few dozen tensor operations whatever its size and draws (as counted per
+step in docs/gpu.md), and nothing in it waits for the device. The index and lookup
 tables are built on the first batch of each image size and device and kept. kornia would draw per-image
 parameters as well, but from the global random state and not from a seed per image, and would add a
 dependency for what torchvision already ships. float64 is used for the blend, so a device without float64

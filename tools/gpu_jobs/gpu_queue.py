@@ -1,15 +1,17 @@
-"""The GPU queue (``benchmarks/gpu_queue.yaml``): pick the next pending jobs that fit a window, run them, and
+"""The GPU queue (``tools/gpu_jobs/gpu_queue.yaml``): pick the next pending jobs that fit a window, run them, and
 leave everything they measured in one folder that comes back from the GPU machine whole.
 
-    python benchmarks/gpu_queue.py --next --data data/cifar10 --out $OUT [--time-left 480] [--dry-run]
-    python benchmarks/gpu_queue.py --list
+    python tools/gpu_jobs/gpu_queue.py --next --data data/cifar10 --out $OUT [--time-left 480] [--dry-run]
+    python tools/gpu_jobs/gpu_queue.py --list
 
-Started by ``benchmarks/gpu_suite.sh --next``, which installs the carried wheels and the data first. The folder
+Started by ``tools/gpu_jobs/gpu_suite.sh --next``, which installs the carried wheels and the data first. The folder
 holds, for each job run, ``<job>.json`` (the job, its command, the date, its exit status and wall time, the
 environment and what the job's own ``result.json`` measured), and ``artifacts.tar.gz`` with each job's other files
-under ``<job>/``; ``queue_run.json`` says which jobs ran and which were left for later windows. A GPU machine
-returns at most 8 files of at most 16 MiB each: at most 6 jobs run at once, and an archive over 16 MiB is written
-without its largest members (each named in ``queue_run.json``).
+under ``<job>/``; ``queue_run.json`` says which jobs ran and which were left for later windows. The lending
+machine's limits are arguments: ``--window-s`` (the longest a job may take), ``--max-files`` and ``--max-file-mib``
+(what comes back): at most ``max_files - 2`` jobs run at once (a JSON each, beside the archive and
+``queue_run.json``), and an archive over the size limit is written without its largest members (each named in
+``queue_run.json``).
 """
 
 from __future__ import annotations
@@ -30,11 +32,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-QUEUE = REPO / "benchmarks" / "gpu_queue.yaml"
-WINDOW_S = 480  # device seconds one job may take: start-up, compilation and export included
-MAX_JOBS = 6  # a job JSON each, plus the archive and queue_run.json: within the 8 files that come back
-ARCHIVE_LIMIT = 16 * 2**20
+REPO = Path(__file__).resolve().parents[2]
+QUEUE = REPO / "tools" / "gpu_jobs" / "gpu_queue.yaml"
 RESULTS = REPO / "benchmarks" / "results" / "gpu_queue"  # each finished job's <job>.json, committed
 FIELDS = ("name", "what", "device_s", "run", "writes", "done")
 
@@ -58,8 +57,9 @@ class Job:
         return [*words, "--dry-run"] if dry else words
 
 
-def load_queue(path: Path = QUEUE) -> list[Job]:
-    """The queue's jobs, checked: every field present, names unique, each job within one window."""
+def load_queue(path: Path = QUEUE, window_s: float = 480) -> list[Job]:
+    """The queue's jobs, checked: every field present, names unique, each job within one window of ``window_s``
+    device seconds (start-up, compilation and export included)."""
     try:
         entries = (yaml.safe_load(path.read_text()) or {}).get("jobs") or []
     except (OSError, yaml.YAMLError) as err:
@@ -72,19 +72,21 @@ def load_queue(path: Path = QUEUE) -> list[Job]:
         job = Job(**{field: entry[field] for field in FIELDS})
         if job.name in seen:
             raise QueueError(f"{path}: two jobs are named {job.name}")
-        if not 0 < int(job.device_s) <= WINDOW_S:
-            raise QueueError(f"{path}: job {job.name} needs {job.device_s} device seconds; one window holds {WINDOW_S}")
+        if not 0 < int(job.device_s) <= window_s:
+            raise QueueError(
+                f"{path}: job {job.name} needs {job.device_s} device seconds; one window holds {window_s:g}"
+            )
         seen.add(job.name)
         jobs.append(job)
     return jobs
 
 
-def next_jobs(jobs: list[Job], time_left: float) -> list[Job]:
+def next_jobs(jobs: list[Job], time_left: float, max_jobs: int) -> list[Job]:
     """The pending jobs, in queue order, that fit ``time_left`` device seconds together (a job too long for what
-    is left is passed over for a shorter one behind it); at most :data:`MAX_JOBS`."""
+    is left is passed over for a shorter one behind it); at most ``max_jobs``."""
     chosen: list[Job] = []
     for job in jobs:
-        if job.done is None and job.device_s <= time_left and len(chosen) < MAX_JOBS:
+        if job.done is None and job.device_s <= time_left and len(chosen) < max_jobs:
             chosen.append(job)
             time_left -= job.device_s
     return chosen
@@ -124,7 +126,7 @@ def run_job(job: Job, work: Path, out: Path, data: str, dry: bool, python: str =
     return record
 
 
-def pack(work: Path, archive: Path, limit: int = ARCHIVE_LIMIT) -> list[str]:
+def pack(work: Path, archive: Path, limit: int) -> list[str]:
     """Every file under ``work`` into ``archive`` (gzip), the largest left out until it fits ``limit``; returns
     what was left out."""
     files = sorted((p for p in work.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
@@ -160,7 +162,7 @@ def _measured(record: dict[str, Any]) -> str:
 
 
 def queue_table(jobs: list[Job] | None = None, results: Path = RESULTS) -> str:
-    """The queue as markdown (benchmarks/GPU_JOBS.md): each job, its estimate, and what it measured once done."""
+    """The queue as markdown (tools/gpu_jobs/GPU_JOBS.md): each job, its estimate, and what it measured once done."""
     lines = ["| # | job | what it runs | device s | status | measured |", "|---|---|---|---|---|---|"]
     for index, job in enumerate(jobs if jobs is not None else load_queue(), start=1):
         record_path = results / f"{job.name}.json"
@@ -175,14 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--next", action="store_true", help="run the next pending jobs that fit --time-left")
     parser.add_argument("--list", action="store_true", help="print the queue and exit")
-    parser.add_argument("--time-left", type=float, default=WINDOW_S, help="device seconds this window has left")
+    parser.add_argument("--time-left", type=float, default=480, help="device seconds this window has left")
+    parser.add_argument("--window-s", type=float, default=480, help="the most device seconds one job may take")
+    parser.add_argument("--max-files", type=int, default=8, help="how many files the machine sends back")
+    parser.add_argument("--max-file-mib", type=float, default=16, help="the largest file it sends back, in MiB")
     parser.add_argument("--dry-run", action="store_true", help="the same jobs on the CPU with tiny limits")
     parser.add_argument("--data", default="data/cifar10", help="the CIFAR-10 image folder (train/, val/)")
     parser.add_argument("--out", default=None, help="the folder that comes back (default: a new temporary one)")
     parser.add_argument("--queue", default=str(QUEUE), help="the queue file")
     args = parser.parse_args(argv)
     try:
-        jobs = load_queue(Path(args.queue))
+        if args.max_files < 3:
+            raise QueueError(
+                f"--max-files {args.max_files}: a window needs 3 (a job's JSON, the archive, queue_run.json)"
+            )
+        jobs = load_queue(Path(args.queue), args.window_s)
     except QueueError as err:
         print(f"gpu_queue: error: {err}", file=sys.stderr)
         return 2
@@ -190,14 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(f"{job.name:<28} {job.device_s:>4} s  {'done ' + str(job.done) if job.done else 'pending'}")
         return 0
-    chosen = next_jobs(jobs, args.time_left)
+    chosen = next_jobs(jobs, args.time_left, max_jobs=args.max_files - 2)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_queue_"))
     out.mkdir(parents=True, exist_ok=True)
     if not chosen:
         print(f"gpu_queue: no pending job fits {args.time_left:.0f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu_queue_work_"))
     records = [run_job(job, work, out, args.data, args.dry_run) for job in chosen]
-    left_out = pack(work, out / "artifacts.tar.gz") if chosen else []
+    left_out = pack(work, out / "artifacts.tar.gz", int(args.max_file_mib * 2**20)) if chosen else []
     shutil.rmtree(work, ignore_errors=True)
     summary = {
         "ran": [{"job": r["job"], "exit_status": r["exit_status"], "wall_s": r["wall_s"]} for r in records],

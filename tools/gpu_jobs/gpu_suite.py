@@ -1,5 +1,5 @@
 """Everything a GPU window should run for the zoo, in one process tree and under one time budget; started by
-``benchmarks/gpu_suite.sh`` (which sets up the Python path and the data first).
+``tools/gpu_jobs/gpu_suite.sh`` (which sets up the Python path and the data first).
 
 1. The environment (device, driver, versions), and the data's tensor stores built (decoded once, before
    anything is timed).
@@ -41,10 +41,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from time_to_accuracy import first_reached
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = "crate_micro_patch4_32"
+
+
+def first_reached(points: list[tuple[int, float, float]], threshold: float) -> dict[str, float] | None:
+    """The first (epoch, val accuracy, seconds) point at or above ``threshold``, as a record; None if none is."""
+    for epoch, accuracy, seconds in points:
+        if accuracy >= threshold:
+            return {"seconds": seconds, "epoch": epoch + 1, "val_acc": accuracy}
+    return None
 
 
 def recipe(member: str, extra: list[str]) -> list[str]:

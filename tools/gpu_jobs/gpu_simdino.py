@@ -1,5 +1,5 @@
 """SimDINO (and, with ``--objectives simdino mae``, its masked-pretraining control in equal wall time) on one GPU;
-``benchmarks/gpu_suite.sh --task simdino`` starts it (after setting up the Python path and the data).
+``tools/gpu_jobs/gpu_suite.sh --task simdino`` starts it (after setting up the Python path and the data).
 
 1. The environment, and the CIFAR-10 tensor stores built before anything is timed.
 2. For each objective (SimDINO on crate_nano_patch4_32, ``configs/simdino/crate_nano_cifar10.yaml``; CRATE-MAE,

@@ -1,12 +1,12 @@
 """The converged CIFAR-10 zoo table: members trained to their plateau on the one-GPU recipe, several at once.
 
-    # one GPU window (a job of benchmarks/gpu_queue.yaml): 4 members x 2 seeds, 150 epochs, up to 7 runs at once
-    python benchmarks/zoo_table_gpu.py --members crate_nano_patch4_32 vit_nano_patch4_32 \\
+    # one GPU window (a job of tools/gpu_jobs/gpu_queue.yaml): 4 members x 2 seeds, 150 epochs, up to 7 runs at once
+    python tools/gpu_jobs/zoo_table_gpu.py --members crate_nano_patch4_32 vit_nano_patch4_32 \\
         crate_alpha_nano_patch4_32 tost_nano_patch4_32 --seeds 0 1 --parallel 7 --first-alone \\
         --out OUT --budget-s 460
     # afterwards, on any machine: the windows' results as one table (docs/zoo_table_cifar10_gpu.md and .json)
-    python benchmarks/zoo_table_gpu.py --merge A.json B.json
-    python benchmarks/zoo_table_gpu.py --dry-run --data DIR --out OUT ...   # the same on the CPU, tiny limits
+    python tools/gpu_jobs/zoo_table_gpu.py --merge A.json B.json
+    python tools/gpu_jobs/zoo_table_gpu.py --dry-run --data DIR --out OUT ...   # the same on the CPU, tiny limits
 
 Every (member, seed) trains with ``train.py fit`` in its own process under one recipe: ``configs/cifar10.yaml``
 with the member's model (not its own recipe file) and ``configs/cifar10/gpu.yaml`` over it (batch 512, bf16,
@@ -49,7 +49,7 @@ from crate.lit import cli_main
 from crate.lit.factory import create_classifier
 from crate.run import build_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 150
 TRAIN_IMAGES = 45_000
 TABLE = REPO / "docs" / "zoo_table_cifar10_gpu.md"
@@ -215,7 +215,7 @@ def render(summary: dict[str, Any]) -> str:
     lines = [
         "# The zoo on CIFAR-10 at its plateau (one GPU)",
         "",
-        f"Written by `python benchmarks/zoo_table_gpu.py` from {', '.join(summary['sources'])} "
+        f"Written by `python tools/gpu_jobs/zoo_table_gpu.py` from {', '.join(summary['sources'])} "
         f"({', '.join(summary['devices'])}). Every member under one recipe: configs/cifar10.yaml with the member's "
         f"model and configs/cifar10/gpu.yaml (batch 512, bf16, compiled), {summary['epochs']} epochs; epochs run: "
         f"{', '.join(str(e) for e in epochs)}. The columns are those of the 4-epoch table "
