@@ -13,7 +13,8 @@ from scipy import stats
 
 from crate.data import BatchMixing
 from crate.data.batch_augmentation import sample_uniforms
-from crate.data.batch_mixing import MIX_SALT, mixed_loss
+from crate.data.batch_mixing import MIX_SALT
+from crate.lit.mixed_loss import mixed_loss
 
 SEEDS = torch.arange(1000, 1016)
 

@@ -15,9 +15,8 @@ independent of the image's augmentation draws):
   image, takes the partner's pixels; ``lam`` becomes the share of the image left, ``1 - box area / (H W)``;
 - an image that is not mixed keeps ``lam = 1``.
 
-The loss of a mixed image is ``lam CE(logits, y_i) + (1 - lam) CE(logits, y_partner)`` with the run's label
-smoothing: the cross-entropy against timm's mixed soft targets, as CE is linear in its target. The batch costs
-the same tensor operations whatever the draws, and nothing is read back to the host.
+The batch costs the same tensor operations whatever the draws, and nothing is read back to the host; the loss of
+a mixed batch is ``crate.lit.mixed_loss``.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import torch
 
 from .batch_augmentation import sample_uniforms
 
-__all__ = ["MIX_SALT", "BatchMixing", "beta_quantiles", "mixed_loss"]
+__all__ = ["MIX_SALT", "BatchMixing", "beta_quantiles"]
 
 MIX_SALT = 0x6D69785F637574  # "mix_cut": the mixing draws' key, apart from the augmentation's
 _APPLY, _SWITCH, _LAM, _CENTRE_Y, _CENTRE_X = range(5)
@@ -125,13 +124,3 @@ class BatchMixing:
         out = images * blend + partner * (1 - blend)
         out = torch.where(box[:, None], partner, out)
         return out, lam.float()
-
-
-def mixed_loss(
-    logits: torch.Tensor, targets: torch.Tensor, lam: torch.Tensor, label_smoothing: float = 0.0
-) -> torch.Tensor:
-    """Mean over the batch of ``lam CE(logits, y) + (1 - lam) CE(logits, y reversed)`` (see the module docstring)."""
-    ce = torch.nn.functional.cross_entropy
-    own = ce(logits, targets, reduction="none", label_smoothing=label_smoothing)
-    other = ce(logits, targets.flip(0), reduction="none", label_smoothing=label_smoothing)
-    return (lam * own + (1 - lam) * other).mean()

@@ -25,12 +25,12 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL
-from crate.data.batch_mixing import mixed_loss
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, read_checkpoint
 
 from .factory import create_classifier
 from .layer_objective import LayerObjective
+from .mixed_loss import mixed_loss
 from .optimization import TimmOptimization
 from .run_record import RunRecord
 from .step_logging import StepLogging, epoch_loss_metric
