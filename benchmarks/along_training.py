@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 from controls_table import EPS, controls_of
-from timing import REPO
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data
@@ -325,5 +324,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    REPO  # noqa: B018 - the benchmarks' path setup (timing) makes the zoo importable from the checkout
     main()

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from common import REPO
 from matplotlib.figure import Figure
-from timing import REPO
 from timm.layers import Attention
 from torch import nn
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timing import REPO
+from common import REPO
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data, load_run

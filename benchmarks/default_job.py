@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from timing import DEFAULT_CONFIG, fit_seconds
+from common import DEFAULT_CONFIG, fit_seconds
 
 
 def main() -> None:

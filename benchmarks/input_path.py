@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import io
 import json
-import platform
 import re
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from common import environment
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,9 +267,8 @@ def main() -> None:
     from crate.lit.data import Augmentation, ImageFolderDataModule
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    name = torch.cuda.get_device_name() if device.type == "cuda" else f"{platform.processor() or 'cpu'}"
     result: dict[str, Any] = {
-        "environment": {"device": name, "torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
+        "environment": environment(),
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d"),
         "folder": write_folder(Path(args.folder), args.images, processes=args.workers),
@@ -293,7 +292,11 @@ def main() -> None:
         step = training_step(model_name, device)
         result["steps"][model_name] = step_rates(step, data, args.batch, args.steps, device)
         print(model_name, result["steps"][model_name], flush=True)
-    tag = "cpu" if device.type == "cpu" else re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    tag = (
+        "cpu"
+        if device.type == "cpu"
+        else re.sub(r"[^a-z0-9]+", "_", result["environment"]["device"].lower()).strip("_")
+    )
     out = Path(args.out) / (args.report or f"input_path_{'dry_run_' if args.dry_run else ''}{tag}.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

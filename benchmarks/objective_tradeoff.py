@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from along_training import layer_rows
-from timing import REPO
+from common import REPO
 
 # per task: the along-training records' name stem and what the runs were
 TASKS = {

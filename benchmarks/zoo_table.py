@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import DEFAULT_CONFIG, REPO
 from throughput import Case, Runner
-from timing import DEFAULT_CONFIG, REPO
 
 import crate  # noqa: F401  (registers the zoo)
 from crate.data.sampling import sample_order

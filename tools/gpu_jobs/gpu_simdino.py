@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_suite import _run, environment
+from common import environment
+from gpu_suite import _run
 
 OBJECTIVES = {
     # objective: (pretrain.py arguments before the subcommand, its config, the learning rate at batch 512)

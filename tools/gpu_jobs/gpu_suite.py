@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import re
 import shlex
 import shutil
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import environment
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "crate_micro_patch4_32"
@@ -57,31 +57,6 @@ def first_reached(points: list[tuple[int, float, float]], threshold: float) -> d
 def recipe(member: str, extra: list[str]) -> list[str]:
     """The configs of a member's one-GPU run: the CIFAR-10 base, the member's file, the GPU layer, then extras."""
     return ["configs/cifar10.yaml", f"configs/cifar10/{member}.yaml", "configs/cifar10/gpu.yaml", *extra]
-
-
-def environment() -> dict[str, Any]:
-    import lightning
-    import timm
-    import torchmetrics
-
-    report: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "lightning": lightning.__version__,
-        "timm": timm.__version__,
-        "torchmetrics": torchmetrics.__version__,
-        "cpu_count": __import__("os").cpu_count(),
-    }
-    if torch.cuda.is_available():
-        properties = torch.cuda.get_device_properties(0)
-        report.update(device=properties.name, multiprocessors=properties.multi_processor_count)
-        report["memory_gib"] = round(properties.total_memory / 2**30, 1)
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True)
-        report["driver"] = smi.stdout.decode().strip()
-    else:
-        report["device"] = f"cpu ({platform.processor() or platform.machine()})"
-    return report
 
 
 def bare_step_ms(

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_suite import environment, logged_epochs, median_after_compilation
+from common import environment
+from gpu_suite import logged_epochs, median_after_compilation
 from safetensors.torch import save_file
 from zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread_line, table
 
