@@ -159,7 +159,7 @@ def test_mixup_batches_train_on_soft_targets_and_odd_batches_on_hard_ones() -> N
         return original(*args)
 
     module.mixed_criterion.forward = counted
-    val_loss = module.eval_metrics["val"][0]
+    val_loss = module.eval_metrics["val"]["loss"]
     update = val_loss.update
 
     def hard(value: torch.Tensor, weight: torch.Tensor) -> None:  # per-sample losses of hard labels

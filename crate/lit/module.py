@@ -21,7 +21,7 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.optim import list_optimizers
 from timm.utils import ModelEmaV3
 from torch import nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL
@@ -181,11 +181,15 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         # the same value as val/acc's MulticlassAccuracy, in 6 tensor operations a step and no read-back
         self.train_acc = Top1Accuracy()
         self.train_loss_mean = epoch_loss_metric()
-        # evaluation: (mean loss, accuracy) per stage, each leaving out a padded batch's filler samples
+        # evaluation: the mean loss and the accuracy per stage, each leaving out a padded batch's filler samples
         self.eval_metrics = nn.ModuleDict(
             {
-                stage: nn.ModuleList(
-                    [MeanMetric(), MulticlassAccuracy(num_classes, average="micro", ignore_index=PADDING_LABEL)]
+                stage: MetricCollection(
+                    {
+                        "loss": MeanMetric(),
+                        "acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=PADDING_LABEL),
+                    },
+                    prefix=f"{stage}/",
                 )
                 for stage in ("val", "test")
             }
@@ -278,11 +282,11 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         losses = nn.functional.cross_entropy(
             logits, targets.clamp(min=0), reduction="none", label_smoothing=self.hparams.label_smoothing
         )
-        loss_metric, acc_metric = self.eval_metrics[stage]
-        loss_metric.update(losses, weight=kept.to(losses.dtype))
-        acc_metric.update(logits, targets)
-        self.log(f"{stage}/loss", loss_metric, prog_bar=stage == "val")
-        self.log(f"{stage}/acc", acc_metric, prog_bar=True)
+        metrics = self.eval_metrics[stage]
+        metrics["loss"].update(losses, weight=kept.to(losses.dtype))
+        metrics["acc"].update(logits, targets)
+        self.log(f"{stage}/loss", metrics["loss"], prog_bar=stage == "val")
+        self.log(f"{stage}/acc", metrics["acc"], prog_bar=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val")
