@@ -11,7 +11,7 @@ import torch
 from conftest import OpCounter
 from scipy import stats
 
-from crate.data import BatchMixing
+from crate.data import BatchMixing, MixedBatch
 from crate.data.batch_augmentation import sample_uniforms
 from crate.data.batch_mixing import MIX_SALT
 from crate.lit.mixed_loss import mixed_loss
@@ -135,10 +135,12 @@ def test_a_recipe_sets_mixing_on_the_store_path_and_the_classifier_trains_on_mix
     cli = cli_main(args, run=False)
     assert cli.datamodule.mixing == BatchMixing(mixup_alpha=0.8, epochs=5)
     cli.datamodule.setup("fit")
-    images, labels, lam = cli.datamodule.on_after_batch_transfer(next(iter(cli.datamodule.train_dataloader())), 0)
+    batch = cli.datamodule.on_after_batch_transfer(next(iter(cli.datamodule.train_dataloader())), 0)
+    assert isinstance(batch, MixedBatch)  # the type the training step reads a mixed batch by
+    images, labels, lam = batch
     assert images.shape[1:] == (3, 32, 32) and lam.shape == labels.shape and bool(((lam > 0) & (lam <= 1)).all())
     cli.model.log_training_step = lambda *args, **kwargs: None  # logging needs a trainer; the loss does not
-    loss = cli.model.training_step((images, labels, lam), 0)
+    loss = cli.model.training_step(batch, 0)
     logits = cli.model(images)
     expected = mixed_loss(logits, labels, lam, cli.model.hparams.label_smoothing)
     assert torch.isfinite(loss) and float(loss) == pytest.approx(float(expected), rel=1e-5)

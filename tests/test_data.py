@@ -11,7 +11,7 @@ import torch
 from helpers import cifar_arrays
 from PIL import Image
 
-from crate.data import ResumableDataLoader
+from crate.data import ResumableDataLoader, SeededBatch
 from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
 from crate.lit.data.augmentation import train_transform
 from crate.lit.data.folder import DataError
@@ -172,7 +172,7 @@ def test_cifar_arrays_feed_the_tensor_store_path(monkeypatch) -> None:
     assert int(label) == arrays[False].targets[3]
     images, labels, seeds = next(iter(data.train_dataloader()))
     assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32) and seeds.shape == (4,)
-    augmented, same_labels = data.on_after_batch_transfer((images, labels, seeds), 0)
+    augmented, same_labels = data.on_after_batch_transfer(SeededBatch(images, labels, seeds), 0)
     assert augmented.dtype == torch.float32 and torch.equal(same_labels, labels)
 
 

@@ -4,6 +4,7 @@ folders decoded on the device."""
 
 from .batch_augmentation import BatchAugmentation
 from .batch_mixing import BatchMixing
+from .batches import MixedBatch, SeededBatch
 from .device_decode import DeviceImageTransform, EncodedImages, SeededEncodedImages, crop_box, decode_batch
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .multi_crop import MultiCrop
@@ -14,6 +15,8 @@ from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorSt
 __all__ = [
     "BatchAugmentation",
     "BatchMixing",
+    "MixedBatch",
+    "SeededBatch",
     "DIGITS_MEAN",
     "DeviceImageTransform",
     "EncodedImages",

@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from torch.utils.data import Dataset
 
 from .batch_augmentation import normalize
+from .batches import SeededBatch
 
 __all__ = [
     "SeededStoredImages",
@@ -205,8 +206,8 @@ class StoredImages(Dataset):
 
 class SeededStoredImages(Dataset):
     """A store in its training form for the resumable loader: keys are ``(index, sample_seed)`` and a batch
-    is ``(uint8 images, labels, seeds)``, augmented later as a whole (:class:`BatchAugmentation`), on the
-    device the batch is moved to. Use with ``collate_fn=as_batch``."""
+    is a :class:`SeededBatch` (uint8 images, labels, seeds), augmented later as a whole
+    (:class:`BatchAugmentation`), on the device the batch is moved to. Use with ``collate_fn=as_batch``."""
 
     def __init__(self, store: TensorStore) -> None:
         self.store = store
@@ -214,10 +215,10 @@ class SeededStoredImages(Dataset):
     def __len__(self) -> int:
         return len(self.store)
 
-    def __getitems__(self, keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __getitems__(self, keys: list[tuple[int, int]]) -> SeededBatch:
         index = torch.tensor([key[0] for key in keys], dtype=torch.int64)
         seeds = torch.tensor([key[1] for key in keys], dtype=torch.int64)
-        return self.store.images[index], self.store.labels[index], seeds
+        return SeededBatch(self.store.images[index], self.store.labels[index], seeds)
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         images, labels, seeds = self.__getitems__([key])

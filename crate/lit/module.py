@@ -24,7 +24,7 @@ from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from crate.data import PADDING_LABEL
+from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, read_checkpoint
 
@@ -232,7 +232,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         return self.model(images)
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
-        if len(batch) == 3:  # mixed on the device by the DataModule: (images, labels, lam), partners reversed
+        if isinstance(batch, MixedBatch):  # mixed on the device by the DataModule, partners reversed
             images, targets, lam = batch
             logits = self(images)
             loss = self._with_layer_objective(

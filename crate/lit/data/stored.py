@@ -2,8 +2,8 @@
 augmented as whole tensors on the device they train on (:mod:`crate.data.tensor_store`,
 :mod:`crate.data.batch_augmentation`).
 
-A training batch leaves the loader as ``(uint8 images, labels, per-sample seeds)``, one indexing of the
-store, and :meth:`StoredImageDataModule.on_after_batch_transfer` (which Lightning calls after moving the
+A training batch leaves the loader as a ``SeededBatch`` (uint8 images, labels, per-sample seeds), one indexing
+of the store, and :meth:`StoredImageDataModule.on_after_batch_transfer` (which Lightning calls after moving the
 batch to the device) augments and normalises it; evaluation batches leave the loader normalised. Nothing is
 decoded while training, so the loader needs no worker processes (``num_workers=0`` by default): on a CPU
 every core stays with the model.
@@ -22,7 +22,9 @@ from torch.utils.data import Dataset
 from crate.data import (
     BatchAugmentation,
     BatchMixing,
+    MixedBatch,
     MultiCrop,
+    SeededBatch,
     SeededStoredImages,
     StoredImages,
     StoreError,
@@ -119,16 +121,15 @@ class StoredImageDataModule(ImageDataModule):
         return batch
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """A training batch (uint8 images, labels, seeds) augmented: ``(images, labels)``, or with ``mixing`` on
-        in this epoch ``(images, labels, lam)`` (each image mixed with the reversed batch's, see
-        :mod:`crate.data.batch_mixing`)."""
-        if isinstance(batch, (tuple, list)) and len(batch) == 3 and batch[0].dtype == torch.uint8:
+        """A training batch (:class:`crate.data.SeededBatch`) augmented: ``(images, labels)``, or with ``mixing``
+        on in this epoch a :class:`crate.data.MixedBatch` (each image mixed with the reversed batch's)."""
+        if isinstance(batch, SeededBatch):
             images, labels, seeds = batch
             augmented = self.augment(images, seeds)
             epoch = self.trainer.current_epoch if self.trainer is not None else 0
             if self.mixing is not None and self.multi_crop is None and self.mixing.on(epoch):
                 mixed, lam = self.mixing(augmented, seeds)
-                return mixed, labels, lam
+                return MixedBatch(mixed, labels, lam)
             return augmented, labels
         return batch
 
