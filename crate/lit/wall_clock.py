@@ -15,7 +15,10 @@ class WallClock(Callback):
     """Logs ``time/epoch_s``, the wall seconds of each training epoch (its validation included), ``time/val_s``,
     the wall seconds of each validation pass within a fit, and at each validation ``time/elapsed_s``, the wall
     seconds of the fit so far. A checkpoint carries the elapsed time,
-    so a resumed run counts on from it (the time between the interruption and the resume is not counted)."""
+    so a resumed run counts on from it (the time between the interruption and the resume is not counted).
+
+    Not Lightning's ``Timer``: it logs nothing, and a ``Timer`` among the callbacks makes the Trainer ignore
+    ``max_time`` (Lightning 2.x's callback connector), which the time-boxed runs rely on."""
 
     def __init__(self) -> None:
         self.carried = 0.0
