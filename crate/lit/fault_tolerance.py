@@ -102,7 +102,7 @@ class InterruptCheckpoint(Callback):
     """On Ctrl-C or SIGTERM, write ``interrupted-epochE-stepS.ckpt`` and point ``last.ckpt`` at it.
 
     Not Lightning's ``OnExceptionCheckpoint``, which writes on every exception (a ``NonFiniteError`` would leave
-    the broken weights as the newest checkpoint) to one fixed name that it removes again at teardown; this one
+    the broken weights as the newest checkpoint) to one fixed name, removed when a run ends normally; this one
     writes only on an interrupt, after the first step, and links ``last.ckpt`` so ``--ckpt_path last`` resumes."""
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
