@@ -143,15 +143,23 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> s
 
 
 class CrateCLI(LightningCLI):
-    """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules.
+    """``LightningCLI`` over :class:`ImageClassifier` and the zoo's DataModules. What it adds, and why:
 
-    Adds ``run_name`` and ``log_root`` (logs and checkpoints go to ``log_root/run_name/version_N``),
-    ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state, linked as
-    ``last.ckpt``) sections, ``rate_monitor`` (the :class:`CodingRateMonitor`, on by default),
-    ``nonfinite_guard``, ``interrupt_checkpoint`` and ``random_state`` (fault tolerance and exact
-    resume); resolves ``--ckpt_path last``
-    across the run's versions; and links the data's ``num_classes``, ``in_chans`` and ``img_size`` to
-    the model.
+    - ``run_name`` and ``log_root``: every run's logs, config and checkpoints in ``log_root/run_name/version_N``,
+      so ``validate``, ``test``, ``predict`` and a resume find a run by its name;
+    - ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state as ``last.ckpt``): with a
+      monitor, Lightning's one callback refreshes ``last.ckpt`` only when a best file is written;
+    - the zoo's callbacks as sections (``rate_monitor``, ``nonfinite_guard``, ``interrupt_checkpoint``,
+      ``random_state``, ``wall_clock``, ``prediction_writer``, ``run_summary``, ``baseline``, ``snapshots``), so
+      each is configured, or switched off, from the YAML like the trainer;
+    - links from the data's ``num_classes``, ``in_chans``, ``img_size`` (and ``class_weights``) to the model, so
+      a folder's classes and channels build the model that fits them;
+    - ``--ckpt_path`` read through the zoo's checkpoint reader (``last`` across versions; a missing, corrupt or
+      foreign file refused in one line) without letting the file's hyper-parameters replace the config's, and
+      the data a run resumes on checked against the data it was trained on: a wrong model or data is refused,
+      never swapped in;
+    - a constructor's refusal, a subcommand the module cannot serve and trainer settings this machine cannot run
+      (a GPU asked for on a CPU) as one-line errors instead of jsonargparse's union reports.
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
