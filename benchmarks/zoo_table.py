@@ -48,8 +48,8 @@ from crate.interpret.compression_table import layer_verdicts
 from crate.interpret.lenses import head_redundancy, row_entropy
 from crate.lit import cli_main
 from crate.lit.cpu_precision import cpu_has_native_bf16
-from crate.lit.factory import create_classifier
 from crate.metrics import compression_responses, full_step, layerwise_values, summarise_responses, trace_model
+from crate.models import create_classifier
 
 MEMBERS: dict[str, str] = {
     "vit_nano_patch4_32": "ViT twin (softmax = exp kernel)",

@@ -39,9 +39,8 @@ from crate.interpret.controls import initialised, remember_build
 from crate.interpret.frozen_features import frozen_feature_scores, same_inputs
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
-from crate.lit.factory import create_classifier
 from crate.model_card import card_markdown, hub_card
-from crate.models import CheckpointError, checkpoint_filter_fn, read_checkpoint
+from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, read_checkpoint
 from crate.models.checkpoint import DATA_CONFIG_KEY, LABEL_NAMES_KEY
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
 

@@ -9,7 +9,7 @@ import timm
 import torch
 
 import crate  # noqa: F401  (registers the zoo)
-from crate.lit.factory import create_classifier
+from crate.models import create_classifier
 
 ZOO = sorted(
     set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))

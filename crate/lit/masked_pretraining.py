@@ -17,8 +17,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
 from crate.figures import reconstruction_figure
+from crate.models import create_classifier
 
-from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
 from .step_logging import StepLogging, epoch_loss_metric

@@ -26,9 +26,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
-from crate.models import CheckpointError, read_checkpoint
+from crate.models import CheckpointError, create_classifier, read_checkpoint
 
-from .factory import create_classifier
 from .layer_objective import LayerObjective
 from .mixed_loss import mixed_loss
 from .optimization import TimmOptimization

@@ -24,9 +24,9 @@ from torch import nn
 from crate.layers import ProjectionHead
 from crate.metrics import simdino_loss
 from crate.metrics.knn import weighted_knn_accuracy
+from crate.models import create_classifier
 
 from .data.folder import DataError
-from .factory import create_classifier
 from .optimization import TimmOptimization
 from .run_record import RunRecord
 from .step_logging import StepLogging, epoch_loss_metric, logs_this_step

@@ -9,6 +9,7 @@ from .crate import CRATE, CrateBlock
 from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
 from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
+from .factory import create_classifier
 from .names import check_model_name, pretrained_tags
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
@@ -32,6 +33,7 @@ __all__ = [
     "VIT_VARIANTS",
     "ViTTwin",
     "check_model_name",
+    "create_classifier",
     "checkpoint_filter_fn",
     "pretrained_tags",
     "read_checkpoint",

@@ -10,7 +10,7 @@ import timm
 import torch
 
 import crate.models  # noqa: F401  (registers the zoo)
-from crate.models import CheckpointError, check_model_name, read_checkpoint
+from crate.models import CheckpointError, check_model_name, create_classifier, read_checkpoint
 
 __all__ = ["build_model"]
 
@@ -47,8 +47,12 @@ def build_model(
     if held.hparams.get("img_size"):
         kwargs["img_size"] = held.hparams["img_size"]
     overlay = dict(file=str(checkpoint), num_classes=kwargs["num_classes"])
+    settings = {key: value for key, value in kwargs.items() if key not in ("num_classes", "in_chans", "img_size")}
     try:
-        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
+        model = create_classifier(
+            name, kwargs["num_classes"], kwargs.get("in_chans"), kwargs.get("img_size"),
+            pretrained=True, pretrained_cfg_overlay=overlay, **settings,
+        )  # fmt: skip
     except RuntimeError as err:  # timm's own models: shapes or keys that do not match
         raise CheckpointError(
             f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "

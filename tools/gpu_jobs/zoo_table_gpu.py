@@ -47,7 +47,7 @@ from zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread
 
 from crate.data.sampling import sample_order
 from crate.lit import cli_main
-from crate.lit.factory import create_classifier
+from crate.models import create_classifier
 from crate.run import build_model
 
 REPO = Path(__file__).resolve().parents[2]
