@@ -50,7 +50,7 @@ class LayerObjective:
     keep what the term needs during a training forward; :meth:`term` turns them into the loss term and forgets
     them."""
 
-    def __init__(self, model: nn.Module, eps: float = OFFICIAL_EPS, max_images: int = 4) -> None:
+    def __init__(self, model: nn.Module, eps: float = OFFICIAL_EPS, max_images: int = 2) -> None:
         self.eps = eps
         self.max_images = max_images
         self.records: list[dict[str, Any]] = []

@@ -92,9 +92,9 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         objective_weight: weight of the layer-objective term (:mod:`crate.lit.layer_objective`: each CRATE
             attention step rewarded for its rate-reduction gain per unit of its size, each ISTA code for its
             sparsity); 0 (the default) leaves it out.
-        objective_images: how many images of each batch the term reads (4 by default: a training step with
-            the term costs at most about 1.3x one without it, in fp32 and bf16, ``benchmarks/layer_objective_cost.py``;
-            its cost falls with fewer).
+        objective_images: how many images of each batch the term reads (2 by default: a training step with
+            the term then costs at most 1.3x one without it, in fp32 and bf16, ``benchmarks/layer_objective_cost.py``;
+            with 2 images the term still makes every layer beat its nulls, ``docs/objective_tradeoff.md``).
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
         ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
             validation and test use the average.
@@ -148,7 +148,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         freeze_backbone: bool = False,
         class_weights: list[float] | None = None,
         objective_weight: float = 0.0,
-        objective_images: int = 4,
+        objective_images: int = 2,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
