@@ -8,17 +8,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from torch.utils._python_dispatch import TorchDispatchMode
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` spreads the files over one worker per core (pytest-xdist): one thread each, for this process
+    # and the processes its tests start, so the workers do not share cores thread against thread. Set before
+    # torch, numpy and scipy load their thread pools (OpenMP and OpenBLAS read these when they load).
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` spreads the files over one worker per core (pytest-xdist): one thread each, for this process
-    # and the processes its tests start, so the workers do not share cores thread against thread
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
     torch.set_num_threads(1)
 
 
