@@ -25,23 +25,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from crate.metrics.functional import OFFICIAL_EPS
+from crate.metrics.functional import OFFICIAL_EPS, identity_plus_gram
 
 __all__ = ["LayerObjective"]
 
 
 def _rate(tokens: torch.Tensor, eps: float) -> torch.Tensor:
     """1/2 logdet(I + c/(N eps) Z^T Z) of unit-norm tokens Z (..., N, c), through a Cholesky factor of the smaller
-    of the c x c and N x N matrices (equal determinants; positive definite: the identity plus a Gram matrix)."""
+    of the c x c and N x N matrices (positive definite: the identity plus a Gram matrix). In the tokens' dtype,
+    with no check read back to the host (the metrics' ``logdet_identity_plus_gram`` is float64 with a fallback)."""
     unit = tokens / tokens.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     count, width = tokens.shape[-2], tokens.shape[-1]
-    if width < count:
-        gram = unit.transpose(-1, -2) @ unit
-    else:
-        gram = unit @ unit.transpose(-1, -2)
-    size = gram.shape[-1]
-    gram = gram * (width / (count * eps)) + torch.eye(size, device=tokens.device, dtype=tokens.dtype)
-    factor = torch.linalg.cholesky(gram)
+    factor = torch.linalg.cholesky(identity_plus_gram(unit, width / (count * eps)))
     return factor.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
 
 

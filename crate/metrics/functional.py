@@ -29,6 +29,7 @@ __all__ = [
     "coding_rate",
     "compression_rate",
     "default_eps",
+    "identity_plus_gram",
     "logdet_identity_plus_gram",
     "sparse_rate_reduction",
     "sparsity",
@@ -45,13 +46,17 @@ def default_eps(convention: Convention) -> float:
     return OFFICIAL_EPS if convention == "official" else PAPER_EPS
 
 
-def logdet_identity_plus_gram(Z: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
-    """logdet(I + alpha Z^T Z) for Z of shape (..., N, d), on the smaller Gram matrix, in float64."""
-    Z = Z.to(torch.float64)
+def identity_plus_gram(Z: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """I + alpha Z Z^T or I + alpha Z^T Z for Z of shape (..., N, d), whichever is smaller (min(N, d) square; the
+    two have the same determinant), in Z's dtype."""
     tokens, dim = Z.shape[-2], Z.shape[-1]
     gram = Z @ Z.transpose(-2, -1) if tokens < dim else Z.transpose(-2, -1) @ Z
-    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=Z.device)
-    matrix = eye + alpha * gram
+    return torch.eye(gram.shape[-1], dtype=Z.dtype, device=Z.device) + alpha * gram
+
+
+def logdet_identity_plus_gram(Z: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """logdet(I + alpha Z^T Z) for Z of shape (..., N, d), on the smaller Gram matrix, in float64."""
+    matrix = identity_plus_gram(Z.to(torch.float64), alpha)
     factor, info = torch.linalg.cholesky_ex(matrix)
     logdet = 2.0 * torch.log(torch.diagonal(factor, dim1=-2, dim2=-1)).sum(-1)
     failed = info != 0
