@@ -12,8 +12,8 @@ file ``configs/cifar10/<model>.yaml``, written for its shipped weights, is not l
 warm-up epoch and 4 epochs, so that 15 members x 3 seeds fit about 6 CPU-hours on 2 cores (fp32 where the CPU
 has no bf16); it ranks how far each model gets in a fixed short budget, not where it ends. For each member and
 seed: the validation accuracy of the weights validation measured (the EMA where the recipe keeps one), then, on 256
-validation images, from the model's own measurement trace: head redundancy (mean pairwise cosine of the
-heads' attention maps) and row entropy of the maps, averaged over layers and heads; the change of the
+validation images (``--probe-images``), from the model's own measurement trace: head redundancy (mean pairwise
+cosine of the heads' attention maps) and row entropy of the maps, averaged over layers and heads; the change of the
 compression term across each attention step, R^c(LN_1 Z^{l+1/2} | U^l) - R^c(LN_1 Z^l | U^l), official
 convention (negative: the step compressed against its subspaces), averaged over layers; and the sparsity
 of the sparse code where the block has one. Training throughput (forward, cross-entropy, backward, AdamW
@@ -132,9 +132,17 @@ def _recipe(name: str, dataset: str, root: str | None) -> list[str]:
     return recipe + (["--data.root", root] if root else [])
 
 
-def train_one(name: str, seed: int, epochs: int, dataset: str = "digits", root: str | None = None) -> dict[str, Any]:
+def train_one(
+    name: str,
+    seed: int,
+    epochs: int,
+    dataset: str = "digits",
+    root: str | None = None,
+    probe_images: int = PROBE_IMAGES,
+) -> dict[str, Any]:
     """One training run of the recipe; accuracy, time per epoch and the trace measurements of its evaluated
-    weights, next to the same measurements of the model it started from (its initialisation under the seed)."""
+    weights on ``probe_images`` validation images, next to the same measurements of the model it started from
+    (its initialisation under the seed)."""
     with tempfile.TemporaryDirectory() as log_root:
         args = [*_recipe(name, dataset, root), "--trainer.max_epochs", str(epochs)]
         args += ["--seed_everything", str(seed), "--data.seed", str(seed), "--log_root", log_root]
@@ -146,7 +154,7 @@ def train_one(name: str, seed: int, epochs: int, dataset: str = "digits", root: 
         seconds = time.perf_counter() - start
         accuracy = float(cli.trainer.callback_metrics["val/acc"])
         val_images = torch.cat([batch[0] for batch in cli.datamodule.val_dataloader()])  # class by class
-        images = val_images[sample_order(len(val_images), PROBE_IMAGES)]  # the classes mixed
+        images = val_images[sample_order(len(val_images), probe_images)]  # the classes mixed
         result = measure(cli.model.evaluated_model(), images)
         at_init = measure(initial, images)
     return dict(
@@ -279,6 +287,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--members", nargs="+", default=list(MEMBERS), choices=list(MEMBERS))
     parser.add_argument("--repeats", type=int, default=7, help="throughput repeats (interleaved)")
+    parser.add_argument(
+        "--probe-images", type=int, default=PROBE_IMAGES, help="validation images the trace measurements read"
+    )
     parser.add_argument("--out", default=None, help="default: docs/zoo_table.md, docs/zoo_table_cifar10.md")
     parser.add_argument(
         "--from-json", action="store_true", help="rewrite the table from <out>.json (saved measurements), no training"
@@ -302,7 +313,8 @@ def main() -> None:
     if partial.is_file():
         earlier = json.loads(partial.read_text())
         same = (earlier.get("dataset", "digits"), earlier.get("epochs"), earlier.get("protocol", ""))
-        if same == (args.dataset, epochs, protocol):
+        same += (earlier.get("probe_images", PROBE_IMAGES),)
+        if same == (args.dataset, epochs, protocol, args.probe_images):
             done = earlier["results"]
     start = time.perf_counter()
     ratios = throughput_ratios(args.members, args.repeats, steps=10, img=32 if cifar else 16)
@@ -315,12 +327,13 @@ def main() -> None:
         for seed in args.seeds:
             if any(run["seed"] == seed for run in runs):
                 continue
-            runs.append(train_one(name, seed, epochs, args.dataset, args.root))
+            runs.append(train_one(name, seed, epochs, args.dataset, args.root, args.probe_images))
             print(f"{name} seed {seed}: val/acc {runs[-1]['accuracy']:.4f} in {runs[-1]['seconds']:.1f} s", flush=True)
             results[name] = {"params": params, "throughput_ratio": ratios[name], "runs": runs}
             done[name] = results[name]
             partial.parent.mkdir(parents=True, exist_ok=True)
             kept = {"dataset": args.dataset, "epochs": epochs, "protocol": protocol, "results": done}
+            kept["probe_images"] = args.probe_images
             partial.write_text(json.dumps(kept, indent=1))
         results[name] = {
             "params": params,
@@ -347,13 +360,15 @@ def main() -> None:
         f"each, {recipe}. Each figure is given with its controls: (init) the same model at the initialisation "
         "its training started from; for ΔR^c also the trained attention update negated, a random vector shared by "
         "all tokens at the update's norm (shared null) and the heads' outputs mapped through U_[K] at that norm; "
-        "the slope at 0 of R^c along the update (first order) and along the theory's MSSA step; see "
+        "the slope at 0 of R^c along the update (first order) and along the theory's MSSA step, measured on "
+        f"{args.probe_images} validation images; see "
         "crate.metrics.controls and the script's docstring. s / epoch is each run's own wall time when it ran (rows "
         "read back from earlier calls ran on other days, under other loads and code); compare speed by the img/s "
         "ratio, measured for every member together in this call.\n\n"
     )
     out.write_text(header + table(results) + "\n\n" + spread_line(results) + "\n")
-    summary = {"dataset": args.dataset, "minutes": minutes, "epochs": epochs, "protocol": protocol, "results": results}
+    summary = {"dataset": args.dataset, "minutes": minutes, "epochs": epochs, "protocol": protocol}
+    summary |= {"probe_images": args.probe_images, "results": results}
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     print(table(results))
     print(spread_line(results))

@@ -112,6 +112,7 @@ def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path, monke
     out = tmp_path / "zoo.md"
     members = ["vit_nano_patch4_32", "crate_nano_patch4_32", "tost_nano_patch4_32"]
     args = ["--epochs", "1", "--seeds", "0", "1", "--members", *members, "--repeats", "1", "--out", str(out)]
+    args += ["--probe-images", "32"]  # the trace measurements on 32 validation images, not 256
     monkeypatch.setattr(sys, "argv", ["zoo_table.py", *args])
     zoo_table.main()
     rows = {line.split("|")[1].strip(" `"): line for line in out.read_text().splitlines() if line.startswith("| `")}
@@ -195,6 +196,7 @@ def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_p
     out = tmp_path / "zoo_cifar.md"
     args = ["--dataset", "cifar10", "--root", str(tmp_path / "images"), "--epochs", "1", "--seeds", "0"]
     args += ["--members", "vit_nano_patch4_32", "crate_nano_patch4_32_mlp", "--repeats", "1", "--out", str(out)]
+    args += ["--probe-images", "16"]
     monkeypatch.setattr(sys, "argv", ["zoo_table.py", *args])
     zoo_table.main()
     assert "on cifar10" in out.read_text() and "`crate_nano_patch4_32_mlp` | CRATE-MLP" in out.read_text()

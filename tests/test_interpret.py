@@ -228,6 +228,18 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
         load_data("digits", model, masks=str(tmp_path / "masks"))
 
 
+def test_a_limit_samples_each_digits_split_and_accuracy_still_reads_the_whole_validation_split() -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16)
+    whole, part = load_data("digits", model), load_data("digits", model, limit=50)
+    assert len(part.train_images) == len(part.val_images) == 50
+    assert len(part.val_set) == len(whole.val_set) == len(whole.val_images) == 360
+    val, train = sample_order(360, 50), sample_order(len(whole.train_images), 50)
+    assert torch.equal(part.val_images, whole.val_images[val]) and torch.equal(part.val_labels, whole.val_labels[val])
+    assert torch.equal(part.val_masks, whole.val_masks[val])  # each image keeps its own strokes
+    assert torch.equal(part.train_images, whole.train_images[train])
+    assert torch.equal(part.train_labels, whole.train_labels[train])
+
+
 def test_lenses_read_a_class_mixed_sample_of_an_image_folder_and_each_mask_stays_with_its_image(
     tmp_path: Path,
 ) -> None:
@@ -266,6 +278,7 @@ def report(tmp_path_factory) -> Path:
     vit = REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors"
     main(
         ["--model", "crate_nano_patch4_32.digits", "--data", "digits", "--out", str(out), "--probe-images", "32"]
+        + ["--sample-images", "400"]  # the probes fit on 400 of the 1,437 training images; val (360) is whole
         + ["--compare", "vit_nano_patch4_32", str(vit), "--compare", "crate_alpha_nano_patch4_32.digits", "-"]
     )
     return out
@@ -365,7 +378,7 @@ def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Pat
     torch.manual_seed(0)
     tost = timm.create_model("tost_nano_patch4_32", num_classes=10, in_chans=1).eval()
     vit = timm.create_model("vit_nano_patch4_32_sh", num_classes=10, in_chans=1).eval()
-    data = load_data("digits", tost)
+    data = load_data("digits", tost, limit=64)
     metrics = write_report({"tost": (tost, data), "vit_sh": (vit, data)}, tmp_path, images=2, probe_images=16)
     assert all(layer is None for layer in metrics["tost"]["attention"])  # TSSA forms no token-by-token maps
     assert metrics["tost"]["segmentation"] is None and metrics["tost"]["seeds"][0]["subsampling_error"] == []

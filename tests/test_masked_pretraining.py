@@ -92,8 +92,9 @@ def _final(path: Path, key: str) -> float:
 
 @pytest.mark.slow
 def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp_path: Path) -> None:
+    # 16 epochs (the recipe's 10 warm-up and 6 more): the probe reads 0.76 against the random encoder's 0.55 here
     cli_main(
-        ["fit", "--config", PRETRAIN, "--trainer.max_epochs", "40", "--log_root", str(tmp_path), *QUIET],
+        ["fit", "--config", PRETRAIN, "--trainer.max_epochs", "16", "--log_root", str(tmp_path), *QUIET],
         model_class=MaskedAutoencoder,
     )
     run = tmp_path / "crate_mae_nano_digits" / "version_0"

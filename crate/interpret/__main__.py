@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eps-paper", type=float, default=0.5, help="eps of the paper convention")
     parser.add_argument("--probe-images", type=int, default=128, help="validation images for rates and lenses")
     parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
+    parser.add_argument(
+        "--sample-images",
+        type=int,
+        default=2000,
+        help="training and validation images the lenses and probes read, a seeded sample of each split "
+        "(accuracy always reads the whole validation split)",
+    )
     args, rest = parser.parse_known_args(argv)
     overrides = _data_overrides(parser, rest)
     pairs = [(args.model, args.checkpoint)] + [tuple(pair) for pair in args.compare or []]
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                 say(f"{name}: its file records no data; evaluating on the digits (default split)")
             data = resolve_data(args.data, recorded, overrides)
             label = name if name not in models else f"{name} (2)"
-            models[label] = (model, load_data(data, model, masks=args.masks))
+            models[label] = (model, load_data(data, model, limit=args.sample_images, masks=args.masks))
         results = write_report(
             models,
             args.out,

@@ -86,6 +86,11 @@ class EvalData:
         self.val_set = val_set if val_set is not None else TensorDataset(self.val_images, self.val_labels)
 
 
+def _digits_sample(size: int, limit: int | None) -> slice | list[int]:
+    """All of a digits split in its order, or a seeded sample of ``limit`` of it where it is larger."""
+    return slice(None) if limit is None or limit >= size else sample_order(size, limit)
+
+
 def _stack(dataset: Any, order: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     items = [dataset[i] for i in order]
     return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.as_tensor([int(y) for _, y in items])
@@ -110,8 +115,13 @@ def load_data(
         if masks is not None:
             raise ValueError("digits brings its own foreground (the strokes); --masks is for image-folder data")
         train, val, name = digits_split(config, model)
-        strokes = stroke_pixels(val.images, DIGITS_MEAN, DIGITS_STD)
-        return EvalData(name, (train.images, train.labels), (val.images, val.labels), strokes)
+        whole_val = TensorDataset(val.images, val.labels)  # accuracy reads the whole split, whatever the limit
+        # the split is in a seeded random order already; a limit below its size takes a seeded sample of it
+        train_order, val_order = (_digits_sample(len(split.labels), limit) for split in (train, val))
+        val_images = val.images[val_order]
+        strokes = stroke_pixels(val_images, DIGITS_MEAN, DIGITS_STD)
+        train_part = (train.images[train_order], train.labels[train_order])
+        return EvalData(name, train_part, (val_images, val.labels[val_order]), strokes, whole_val)
     datamodule = datamodule_from_config(config, model)
     val_order = sample_order(len(datamodule.val_set), limit)
     val = _stack(datamodule.val_set, val_order)
