@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_in_process, run_train
+from conftest import REPO, run_in_process
 from PIL import Image
 from test_data import _write_image_folder
 
 from crate.export import main as export_main
 from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
 
-pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
+pytestmark = pytest.mark.slow  # trainings and the signal subprocesses: `make test-fast` leaves these out
 
 DEFAULT = str(REPO / "configs" / "crate_nano_digits.yaml")
 VIT = str(REPO / "configs" / "vit_nano_digits.yaml")
@@ -35,9 +35,9 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
 
 @pytest.fixture(scope="module")
 def vit_run(tmp_path_factory) -> Path:
-    """A short ViT-twin run; returns its version folder."""
+    """A short ViT-twin run (in this process: what the tests read is its files); returns its version folder."""
     root = tmp_path_factory.mktemp("vit")
-    _ok(run_train("fit", "--config", VIT, *QUICK, *QUIET, "--log_root", str(root)))
+    _ok(run_in_process("fit", "--config", VIT, *QUICK, *QUIET, "--log_root", str(root)))
     return root / "vit_nano_digits" / "version_0"
 
 
@@ -66,7 +66,7 @@ def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, 
 def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, vit_run: Path) -> None:
     root = vit_run.parent.parent
     ckpt = str(vit_run / "checkpoints" / "last.ckpt")
-    _ok(run_train("validate", "--config", VIT, *QUIET, "--log_root", str(root), "--ckpt_path", ckpt))
+    _ok(run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(root), "--ckpt_path", ckpt))
     assert sorted(p.name for p in vit_run.parent.iterdir()) == ["version_0"]
     with (vit_run / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -91,7 +91,7 @@ def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Pa
 def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
     ckpt = str(vit_run / "checkpoints" / "last.ckpt")
     out = tmp_path / "predictions.csv"
-    proc = run_train(
+    proc = run_in_process(
         "predict", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt,
         "--prediction_writer.output", str(out),
     )  # fmt: skip
@@ -257,10 +257,14 @@ def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) ->
     _write_image_folder(tmp_path / "images", classes=3, per_class=6)
     config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
     data = ["--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
-    _ok(run_train("fit", "--config", config, *data, *QUIET, "--trainer.max_epochs", "1", "--log_root", str(tmp_path)))
+    _ok(
+        run_in_process(
+            "fit", "--config", config, *data, *QUIET, "--trainer.max_epochs", "1", "--log_root", str(tmp_path)
+        )
+    )
     run = tmp_path / "crate_nano_imagefolder" / "version_0"
     ckpt = str(run / "checkpoints" / "last.ckpt")
-    _ok(run_train("validate", "--config", config, *data, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt))
+    _ok(run_in_process("validate", "--config", config, *data, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt))
     with (run / "metrics.csv").open() as handle:
         validated = [float(row["val/acc"]) for row in csv.DictReader(handle) if row.get("val/acc")][-1]
     out = tmp_path / "report"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_train
+from conftest import REPO, run_in_process, run_train
 
 from crate.metrics import MONITORED
 
@@ -75,7 +75,7 @@ def test_validation_of_one_checkpoint_is_the_same_on_one_and_two_processes(runs:
 
 @pytest.mark.parametrize("preset", ["cpu", "cpu_ddp", "gpu_ddp", "gpu_fsdp", "bf16"])
 def test_trainer_presets_parse(preset: str) -> None:
-    proc = run_train(
+    proc = run_in_process(  # parsing alone: no process of its own needed
         "fit", "--config", DEFAULT, "--config", str(REPO / "configs" / "trainer" / f"{preset}.yaml"), "--print_config"
     )
     _ok(proc)
