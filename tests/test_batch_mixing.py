@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import OpCounter
+from conftest import OpCounter, write_image_folder
 from scipy import stats
 
 from crate.data import BatchMixing, MixedBatch
@@ -124,11 +124,10 @@ def test_mixing_settings_are_checked_and_switch_off_after_their_epochs() -> None
 
 def test_a_recipe_sets_mixing_on_the_store_path_and_the_classifier_trains_on_mixed_batches(tmp_path) -> None:
     from conftest import REPO
-    from test_tensor_store import write_folder
 
     from crate.lit import cli_main
 
-    write_folder(tmp_path / "images", size=32, classes=4, per_class=4, suffix=".png")
+    write_image_folder(tmp_path / "images", 4, per_class=4, size=32, suffix=".png", gray=False, seed=1)
     args = ["--config", str(REPO / "configs" / "cifar10.yaml"), "--data.root", str(tmp_path / "images")]
     args += ["--data.init_args.mixing.mixup_alpha", "0.8", "--data.init_args.mixing.epochs", "5"]
     args += ["--model.model_name", "crate_nano_patch4_32", "--log_root", str(tmp_path / "logs")]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import throughput
 import torch
+from conftest import write_image_folder
 from flops import flop_counter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,11 +156,10 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
     weights; the ViT twin's 30 epochs without the policy); the table's runs must differ in the model alone."""
     import yaml
     import zoo_table
-    from test_tensor_store import write_folder
 
     from crate.lit import cli_main
 
-    write_folder(tmp_path / "images", size=32, classes=2, per_class=1, suffix=".png")
+    write_image_folder(tmp_path / "images", 2, per_class=1, size=32, suffix=".png", gray=False, seed=1)
     settings = {}
     for name in zoo_table.MEMBERS:
         args = [*zoo_table._recipe(name, "cifar10", str(tmp_path / "images")), "--trainer.max_epochs", "4"]
@@ -188,11 +188,10 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
 @pytest.mark.slow
 def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path, monkeypatch) -> None:
     import zoo_table
-    from test_tensor_store import write_folder
 
     from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=3, suffix=".png", names=CIFAR10_CLASSES)
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=3, size=32, suffix=".png", gray=False, seed=1)
     out = tmp_path / "zoo_cifar.md"
     args = ["--dataset", "cifar10", "--root", str(tmp_path / "images"), "--epochs", "1", "--seeds", "0"]
     args += ["--members", "vit_nano_patch4_32", "crate_nano_patch4_32_mlp", "--repeats", "1", "--out", str(out)]
@@ -209,11 +208,10 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     only for CRATE, the random init differs from the trained weights, and the file renders again from its
     JSON to the same text."""
     import controls_table
-    from test_tensor_store import write_folder
 
     from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
     out = tmp_path / "controls.md"
     argv = ["controls_table.py", "--tags", "crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"]
     argv += ["--images", "8", "--out", str(out), "--data.root", str(tmp_path / "images")]

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_in_process
+from conftest import REPO, run_in_process, write_image_folder
 from PIL import Image
-from test_data import _write_image_folder
 
 from crate.export import main as export_main
 from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
@@ -78,10 +77,10 @@ def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Pa
     proc = run_in_process("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt)
     assert proc.returncode != 0 and "has no test split" in proc.stderr and "validate" in proc.stderr
     assert not list(tmp_path.glob("vit_nano_digits/version_*"))  # the failed run left no empty folder
-    _write_image_folder(tmp_path / "images", classes=2, per_class=3)
+    write_image_folder(tmp_path / "images", classes=2, per_class=3)
     assert ImageFolderDataModule(str(tmp_path / "images")).test_set is None
     (tmp_path / "images" / "val").rename(tmp_path / "images" / "test")
-    _write_image_folder(tmp_path / "other", classes=2, per_class=2)
+    write_image_folder(tmp_path / "other", classes=2, per_class=2)
     (tmp_path / "other" / "val").rename(tmp_path / "images" / "val")
     data = ImageFolderDataModule(str(tmp_path / "images"), img_size=32, num_workers=0)
     data.setup("fit")
@@ -148,7 +147,7 @@ def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
 def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, setting, message: str) -> None:
     """A DataModule's refusal reaches the user as its own message, not jsonargparse's union dump."""
     if setting == "empty class folder":
-        _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+        write_image_folder(tmp_path / "images", classes=2, per_class=2)
         (tmp_path / "images" / "train" / "class_2").mkdir()
         config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
         setting = ["--data.root", str(tmp_path / "images")]
@@ -181,7 +180,7 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
         (tmp_path / "file").write_text("not a folder")
         logs = tmp_path / "file" / "logs"
     else:
-        _write_image_folder(tmp_path / "images", classes=1, per_class=2)
+        write_image_folder(tmp_path / "images", classes=1, per_class=2)
         config, setting = (
             str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
             ["--data.root", str(tmp_path / "images")],
@@ -196,7 +195,7 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
 def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_path: Path) -> None:
     """A checkpoint under another --log_root: its predictions.csv lands in its own run folder; a val folder that
     lacks a class is warned of, and a prediction of that class still carries its name."""
-    _write_image_folder(tmp_path / "images", classes=3, per_class=2)
+    write_image_folder(tmp_path / "images", classes=3, per_class=2)
     for image in (tmp_path / "images" / "val" / "class_2").iterdir():
         image.unlink()
     (tmp_path / "images" / "val" / "class_2").rmdir()
@@ -219,7 +218,7 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
 
 
 def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
-    _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
     (tmp_path / "images" / "train" / "class_2").mkdir()
     with pytest.raises(DataError, match=r"class folders without images: .*class_2"):
         ImageFolderDataModule(str(tmp_path / "images"))
@@ -254,7 +253,7 @@ def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) ->
     from crate.interpret import load_data, load_model
     from crate.interpret.__main__ import main as interpret_main
 
-    _write_image_folder(tmp_path / "images", classes=3, per_class=6)
+    write_image_folder(tmp_path / "images", classes=3, per_class=6)
     config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
     data = ["--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
     _ok(
@@ -299,12 +298,11 @@ CIFAR10_RECIPES = sorted(p for p in (REPO / "configs" / "cifar10").glob("*.yaml"
 def test_cifar10_recipes_build_their_model_on_the_store_path(config: Path, tmp_path: Path) -> None:
     """Every CIFAR-10 recipe parses, builds the model it names and trains on stored, batch-augmented images
     (a small folder of 32-pixel images stands in for CIFAR-10)."""
-    from test_tensor_store import write_folder
 
     from crate.lit import MaskedAutoencoder, StoredImageFolderDataModule, cli_main
     from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
     pretraining = config.stem.endswith("_pretrain")
     layers = ["--config", str(config)] if pretraining else ["--config", str(CIFAR10), "--config", str(config)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
@@ -324,12 +322,11 @@ def test_the_gpu_layer_turns_a_cifar10_recipe_into_the_one_gpu_recipe(member: st
     """configs/cifar10/gpu.yaml over a member's recipe: batch 512 with fixed shapes, the compiled step under
     CUDA graphs, the member's learning rate read at batch 128 (scaled by sqrt(4) = 2 when it trains), the
     member's other settings kept (here on the CPU: the GPU accelerator overridden)."""
-    from test_tensor_store import write_folder
 
     from crate.lit import cli_main
     from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
     recipe = REPO / "configs" / "cifar10" / f"{member}.yaml"
     layers = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import REPO
+from conftest import REPO, write_image_folder
 
 import crate  # noqa: F401
 from crate.metrics import compression_responses, layerwise_values, summarise_responses, trace_model
@@ -250,14 +250,13 @@ def test_the_random_init_control_is_the_shipped_run_s_own_starting_weights(tmp_p
     """The report's random-init control at its first seed is, bit for bit, the weights the shipped
     crate_nano_patch4_32.cifar10 run started from: its recipe built through train.py's CLI (seed 0) on a
     stand-in folder, against the control rebuilt from the shipped file."""
-    from test_tensor_store import write_folder
 
     from crate.interpret.controls import INIT_SEEDS, initialised
     from crate.interpret.loading import load_run
     from crate.lit import cli_main
     from crate.models.shipped import CIFAR10_CLASSES
 
-    write_folder(tmp_path / "images", size=32, classes=10, per_class=2, suffix=".png", names=CIFAR10_CLASSES)
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
     recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
     recipe += ["--config", str(REPO / "configs" / "cifar10" / "crate_nano_patch4_32.yaml")]
     cli = cli_main([*recipe, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")], run=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import write_image_folder
 from helpers import cifar_arrays
 from PIL import Image
 
@@ -43,22 +44,8 @@ def test_digits_three_channels_repeat_the_gray_image() -> None:
     assert torch.equal(image[0], image[1]) and torch.equal(image[1], image[2])
 
 
-def _write_image_folder(root: Path, classes: int = 2, per_class: int = 6) -> None:
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for c in range(classes):
-            folder = root / split / f"class_{c}"
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                pixels = rng.integers(0, 256, size=(20, 24), dtype=np.uint8)
-                mode_image = Image.fromarray(pixels, mode="L")  # grayscale
-                if i % 2:
-                    mode_image = mode_image.convert("RGB")
-                mode_image.save(folder / f"{i}.png")
-
-
 def test_image_folder_accepts_grayscale_and_rgb(tmp_path: Path) -> None:
-    _write_image_folder(tmp_path)
+    write_image_folder(tmp_path)
     data = ImageFolderDataModule(str(tmp_path), img_size=32, batch_size=4, num_workers=0)
     assert data.num_classes == 2 and data.in_chans == 3
     data.setup("fit")
@@ -123,7 +110,7 @@ def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_p
     from timm.data.transforms import RandomResizedCropAndInterpolation
     from torchvision import transforms
 
-    _write_image_folder(tmp_path)
+    write_image_folder(tmp_path)
 
     def folder_steps(**kwargs) -> list:
         data = ImageFolderDataModule(str(tmp_path), num_workers=0, **kwargs)

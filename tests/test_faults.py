@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, run_in_process, run_train
+from conftest import REPO, run_in_process, run_train, write_image_folder
 
 pytestmark = pytest.mark.slow  # train.py subprocesses: `make test-fast` leaves these out
 
@@ -137,9 +137,8 @@ def test_corrupt_checkpoint_is_refused_and_the_good_ones_stay(tmp_path: Path, un
 
 
 def test_checkpoint_with_other_classes_is_refused_with_what_to_do(tmp_path: Path, uninterrupted: Path) -> None:
-    from test_data import _write_image_folder
 
-    _write_image_folder(tmp_path / "images", classes=3, per_class=2)
+    write_image_folder(tmp_path / "images", classes=3, per_class=2)
     proc = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_nano_imagefolder.yaml"),
         "--data.root", str(tmp_path / "images"), "--data.num_workers", "0", "--trainer.max_epochs", "1",
@@ -191,9 +190,10 @@ def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(
     With ``drop_last`` (the GPU recipe's fixed shapes), 44 images make 5 batches of 8 and 4 left out; with the
     GPU recipe's compiled step (``reduce-overhead``, which a CPU runs without CUDA graphs) and a moving
     average, the averaged weights too."""
-    from test_tensor_store import write_folder
 
-    write_folder(tmp_path / "folder", size=32, classes=2, per_class=22 if drop_last else 20, suffix=".png")
+    write_image_folder(
+        tmp_path / "folder", 2, per_class=22 if drop_last else 20, size=32, suffix=".png", gray=False, seed=1
+    )
     recipe = [
         "--config", str(REPO / "configs" / "cifar10.yaml"), "--data.root", str(tmp_path / "folder"),
         "--data.batch_size", "8", "--model.model_name", "crate_nano_patch4_32", "--trainer.max_epochs", "2",
@@ -218,11 +218,10 @@ def test_sigterm_mid_epoch_on_the_tensor_store_path_resumes_bitwise_equal(
 def test_a_resume_onto_another_folder_is_refused_and_leaves_the_run_untouched(tmp_path: Path) -> None:
     """The run's checkpoints, config and logs are byte for byte what they were; the refusal is one line that
     names what changed and how to train on the new data from the run's weights."""
-    from test_data import _write_image_folder
 
     first, other = tmp_path / "first", tmp_path / "other"
-    _write_image_folder(first, classes=2, per_class=4)
-    _write_image_folder(other, classes=2, per_class=4)
+    write_image_folder(first, classes=2, per_class=4)
+    write_image_folder(other, classes=2, per_class=4)
     for image in sorted((other / "val").rglob("*.png"))[:3]:  # other data of the same shape and classes
         image.unlink()
     folder = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
@@ -261,12 +260,10 @@ def test_evaluating_on_other_classes_is_refused_and_the_same_classes_elsewhere_a
     run's labels as the other classes; the same classes in another folder are evaluated."""
     import shutil
 
-    from test_data import _write_image_folder
-
     from crate.interpret.__main__ import main as interpret
 
     first, renamed, moved = tmp_path / "first", tmp_path / "renamed", tmp_path / "moved"
-    _write_image_folder(first, classes=2, per_class=4)
+    write_image_folder(first, classes=2, per_class=4)
     shutil.copytree(first, moved)
     shutil.copytree(first, renamed)
     for split in ("train", "val"):

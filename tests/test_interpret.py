@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import timm
 import torch
+from conftest import write_image_folder
 from PIL import Image
-from test_data import _write_image_folder
 
 import crate  # noqa: F401
 from crate.data.sampling import sample_order
@@ -208,7 +208,7 @@ def _folder_config(tmp_path: Path) -> Path:
 
 
 def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> None:
-    _write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
     for path in (tmp_path / "images" / "val").rglob("*.png"):
         mask = np.zeros((20, 24), dtype=np.uint8)
         mask[:, :12] = 255  # left half foreground

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import REPO
+from conftest import REPO, write_image_folder
 
 import crate  # noqa: F401
 from crate.lit import ImageClassifier, MaskedAutoencoder, cli_main
@@ -138,9 +138,8 @@ def test_a_bad_pretrained_file_is_one_line_and_exit_2(tmp_path: Path, case: str)
 
 @pytest.mark.slow
 def test_imagefolder_pretraining_config_runs_on_a_folder(tmp_path: Path) -> None:
-    from test_data import _write_image_folder
 
-    _write_image_folder(tmp_path / "images", classes=2, per_class=8)
+    write_image_folder(tmp_path / "images", classes=2, per_class=8)
     config = str(REPO / "configs" / "crate_mae_nano_imagefolder.yaml")
     args = ["fit", "--config", config, "--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]
     cli_main(

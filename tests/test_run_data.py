@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from conftest import write_image_folder
 
 import crate  # noqa: F401
 from crate.data.digits import load_digits_tensors
@@ -166,9 +167,8 @@ def test_a_folder_given_as_a_checkpoint_is_called_a_folder(runs, tmp_path: Path,
 
 
 def test_a_corrupt_image_stops_the_run_and_leaves_no_folder(tmp_path: Path, capsys) -> None:
-    from test_data import _write_image_folder
 
-    _write_image_folder(tmp_path / "images", classes=2, per_class=4)
+    write_image_folder(tmp_path / "images", classes=2, per_class=4)
     (tmp_path / "images" / "val" / "class_0" / "1.png").write_bytes(b"\x89PNG not really")
     config = str(REPO / "configs" / "crate_nano_imagefolder.yaml")
     args = ["fit", "--config", config, "--data.root", str(tmp_path / "images"), "--data.num_workers", "0"]

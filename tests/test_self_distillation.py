@@ -13,6 +13,7 @@ import pytest
 import timm
 import torch
 import yaml
+from conftest import write_image_folder
 from lightning.pytorch.callbacks import Callback
 from PIL import Image
 
@@ -26,14 +27,8 @@ from crate.models.checkpoint import read_checkpoint
 
 
 def _folder(root: Path, per_class: int = 8) -> Path:
-    rng = np.random.default_rng(0)
-    for split, count in (("train", per_class), ("val", 4)):
-        for label in ("a", "b"):
-            folder = root / split / label
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    return root
+    """Two colour classes at 32 px: ``per_class`` training images a class, 4 validation images."""
+    return write_image_folder(root, ("a", "b"), per_class, val_per_class=4, size=32, gray=False)
 
 
 def _module(**kwargs) -> SelfDistillation:

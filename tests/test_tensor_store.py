@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from conftest import write_image_folder
 from PIL import Image
 from timm.data import create_transform, resolve_data_config
 
@@ -17,25 +18,8 @@ import crate  # noqa: F401 - registers the zoo
 from crate.lit.data import StoredImageFolderDataModule
 from crate.lit.data.base import DataError
 
-
-def write_folder(
-    root: Path,
-    size: int = 8,
-    classes: int = 3,
-    per_class: int = 4,
-    suffix: str = ".jpg",
-    names: tuple[str, ...] | None = None,
-) -> None:
-    """A small image folder of colour images (JPEG: lossy, so PIL's decoding is what a store must equal); the
-    class folders are ``names`` (a shipped tag's classes, for a stand-in of its data) or ``class_<c>``."""
-    rng = np.random.default_rng(1)
-    for split in ("train", "val"):
-        for c in range(classes):
-            folder = root / split / (names[c] if names else f"class_{c}")
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(folder / f"{i}{suffix}")
+# the store's folder: colour JPEGs (lossy, so PIL's decoding is what a store must equal), 8 px, 3 classes of 4
+STORE_FOLDER = dict(classes=3, per_class=4, size=8, suffix=".jpg", gray=False, seed=1)
 
 
 def _setup(root: Path, **kwargs) -> StoredImageFolderDataModule:
@@ -45,7 +29,7 @@ def _setup(root: Path, **kwargs) -> StoredImageFolderDataModule:
 
 
 def test_store_holds_exactly_pil_s_decoding_of_every_image_with_its_label(tmp_path: Path) -> None:
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     data = _setup(tmp_path)
     for split, stored in (("train", data.train_set), ("val", data.val_set)):
         files = sorted((tmp_path / split).glob("*/*.jpg"))
@@ -58,7 +42,7 @@ def test_store_holds_exactly_pil_s_decoding_of_every_image_with_its_label(tmp_pa
 
 
 def test_store_is_reused_and_rebuilt_when_the_folder_changes(tmp_path: Path, capsys) -> None:
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     _setup(tmp_path)
     assert "decoding 12 images" in capsys.readouterr().out
     written = data_mtime = _setup(tmp_path).store_path("train").stat().st_mtime_ns
@@ -78,7 +62,7 @@ def test_store_is_reused_and_rebuilt_when_the_folder_changes(tmp_path: Path, cap
 def test_evaluation_batches_equal_timm_s_transform_from_the_model_s_cfg(tmp_path: Path) -> None:
     """What a shipped cfg must reproduce: timm's eval transform of a 32-pixel PNG (resize and centre crop
     at crop_pct 1.0, ToTensor, the cfg's mean and std) gives the very tensor the store path validated on."""
-    write_folder(tmp_path, size=32, suffix=".png")
+    write_image_folder(tmp_path, **{**STORE_FOLDER, "size": 32, "suffix": ".png"})
     model = timm.create_model("crate_nano_patch4_32", num_classes=3)
     data = StoredImageFolderDataModule(str(tmp_path), img_size=32, batch_size=5)
     data.transforms_from(model)
@@ -93,7 +77,7 @@ def test_evaluation_batches_equal_timm_s_transform_from_the_model_s_cfg(tmp_path
 
 
 def test_a_corrupt_store_is_one_error_that_says_to_delete_it(tmp_path: Path) -> None:
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     path = _setup(tmp_path).store_path("train")
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(DataError, match=r"unreadable .*delete it and it is rebuilt") as caught:
@@ -106,7 +90,7 @@ def test_a_corrupt_store_is_one_error_that_says_to_delete_it(tmp_path: Path) -> 
 def test_missing_folder_mixed_sizes_and_unreadable_images_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"lacks .*train.*--data.root"):
         StoredImageFolderDataModule(str(tmp_path / "nowhere"))
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     odd = tmp_path / "val" / "class_0" / "big.jpg"
     Image.fromarray(np.zeros((9, 8, 3), dtype=np.uint8)).save(odd)
     with pytest.raises(DataError, match=r"big.jpg is 8x9 pixels .*one size.*ImageFolderDataModule"):
@@ -117,7 +101,7 @@ def test_missing_folder_mixed_sizes_and_unreadable_images_are_clear_errors(tmp_p
 
 
 def test_an_unwritable_store_folder_says_to_set_store_dir(tmp_path: Path) -> None:
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(DataError, match=r"--data.store_dir"):
@@ -125,7 +109,7 @@ def test_an_unwritable_store_folder_says_to_set_store_dir(tmp_path: Path) -> Non
 
 
 def test_a_refused_folder_keeps_no_empty_store_folder(tmp_path: Path) -> None:
-    write_folder(tmp_path)
+    write_image_folder(tmp_path, **STORE_FOLDER)
     (tmp_path / "train" / "class_0" / "0.jpg").write_bytes(b"not an image")
     with pytest.raises(DataError, match=r"cannot read image"):
         _setup(tmp_path)

@@ -6,8 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_in_process, run_train
-from test_data import _write_image_folder
+from conftest import REPO, run_in_process, run_train, write_image_folder
 
 from crate.metrics import MONITORED
 
@@ -80,7 +79,7 @@ def test_print_config_prints_the_full_config() -> None:
 
 
 def test_image_folder_config_trains_on_a_user_folder(tmp_path: Path) -> None:
-    _write_image_folder(tmp_path / "images", classes=3, per_class=4)
+    write_image_folder(tmp_path / "images", classes=3, per_class=4)
     proc = run_train(
         "fit",
         "--config",
@@ -171,9 +170,8 @@ def test_a_gpu_asked_for_on_a_machine_without_one_is_one_line(tmp_path: Path) ->
 @pytest.mark.slow
 def test_an_unreadable_image_met_by_a_loader_worker_is_one_line(tmp_path: Path) -> None:
     """A worker process's error reaches the CLI as its own message, not the worker's traceback."""
-    from test_tensor_store import write_folder
 
-    write_folder(tmp_path / "folder", size=16, classes=2, per_class=6, suffix=".png")
+    write_image_folder(tmp_path / "folder", 2, per_class=6, size=16, suffix=".png", gray=False, seed=1)
     broken = sorted((tmp_path / "folder" / "train").rglob("*.png"))[3]
     broken.write_bytes(b"not an image")
     proc = run_train(

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
+from conftest import write_image_folder
 
 from crate.run import build_model
 
@@ -21,20 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 MEMBERS = ["crate_nano_patch4_32", "vit_nano_patch4_32"]
 
 
-def _folder(root: Path) -> Path:
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 16), ("val", 8)):
-        for label in ("cat", "dog"):
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    return root
-
-
 @pytest.mark.slow  # four train.py processes, two at once
 def test_runs_share_the_device_after_the_first_alone_and_the_windows_merge_into_one_table(tmp_path: Path) -> None:
-    data, out = _folder(tmp_path / "images"), tmp_path / "out"
+    data = write_image_folder(tmp_path / "images", ("cat", "dog"), 16, val_per_class=8, size=32, gray=False)
+    out = tmp_path / "out"
     command = [sys.executable, "tools/gpu_jobs/zoo_table_gpu.py", "--dry-run", "--data", str(data), "--out", str(out)]
     command += ["--members", *MEMBERS, "--seeds", "0", "1", "--epochs", "2", "--parallel", "2", "--first-alone"]
     command += ["--report", "result.json", "--budget-s", "600"]
