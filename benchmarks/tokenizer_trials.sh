@@ -7,13 +7,28 @@
 # parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy); crate_cct_lr2e3_no_policy
 # both at once; crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
-# CPU is given, resuming from its last checkpoint each time it is started.
+# CPU is given, resuming from its last checkpoint each time it is started. logs/ stays on one machine, so its run
+# folder is kept in the repository between sessions: `benchmarks/tokenizer_trials.sh keep` (after stopping it with
+# SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and its logs into
+# benchmarks/results/cpu_runs/crate_cct_full/, and the next start restores them into logs/ when logs/ has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
+KEPT=benchmarks/results/cpu_runs
+if [ "${1:-}" = keep ]; then
+  dir=logs/trials/crate_cct_full/version_0
+  [ -f "$dir/checkpoints/last.ckpt" ] || { echo "no run to keep in $dir" >&2; exit 2; }
+  rm -rf "$KEPT/crate_cct_full"; mkdir -p "$KEPT/crate_cct_full/checkpoints"
+  cp "$dir"/config.yaml "$dir"/hparams.yaml "$dir"/metrics.csv "$dir"/events.out.tfevents.* "$KEPT/crate_cct_full/"
+  cp -P "$dir"/checkpoints/last.ckpt "$KEPT/crate_cct_full/checkpoints/"  # the link, and the files below
+  cp "$(readlink -f "$dir/checkpoints/last.ckpt")" "$dir"/checkpoints/best-*.ckpt "$KEPT/crate_cct_full/checkpoints/"
+  echo "kept $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows and $(ls "$KEPT/crate_cct_full/checkpoints")"
+  exit 0
+fi
 run() {
   local name=$1; shift
   local dir=logs/trials/$name/version_0
+  if [ ! -e "$dir" ] && [ -d "$KEPT/$name" ]; then mkdir -p "$(dirname "$dir")"; cp -a "$KEPT/$name" "$dir"; fi
   if [ -f "$dir/metrics.csv" ] && grep -q "^" "$dir/done" 2>/dev/null; then echo "$name done"; return; fi
   local resume=()
   [ -f "$dir/checkpoints/last.ckpt" ] && resume=(--ckpt_path "$dir/checkpoints/last.ckpt")
