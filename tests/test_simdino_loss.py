@@ -99,6 +99,7 @@ def _worker(rank: int, port: int, reduce_cov: bool, queue) -> None:  # noqa: ANN
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow  # two worker processes
 @pytest.mark.parametrize("reduce_cov", [False, True])
 def test_two_processes_use_n_2_and_sum_the_covariances_when_asked(reduce_cov: bool) -> None:
     """Each process's loss against the transcription with N = 2: its own covariances, or (``reduce_cov``) the
