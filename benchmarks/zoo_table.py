@@ -332,8 +332,8 @@ def main() -> None:
             results[name] = {"params": params, "throughput_ratio": ratios[name], "runs": runs}
             done[name] = results[name]
             partial.parent.mkdir(parents=True, exist_ok=True)
-            kept = {"dataset": args.dataset, "epochs": epochs, "protocol": protocol, "results": done}
-            kept["probe_images"] = args.probe_images
+            kept = {"dataset": args.dataset, "epochs": epochs, "protocol": protocol}
+            kept |= {"probe_images": args.probe_images, "results": done}
             partial.write_text(json.dumps(kept, indent=1))
         results[name] = {
             "params": params,

@@ -16,8 +16,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,9 +103,6 @@ def write_image_folder(
     random pixels. ``classes``: a count (folders ``class_0``, ``class_1``, ...) or the class names; ``size``: a side
     or (height, width); with ``gray`` every other image is grayscale and the rest RGB (a user's folder mixes
     modes), else all RGB; ``val_per_class`` images a class in ``val/`` (default ``per_class``). Returns ``root``."""
-    import numpy as np
-    from PIL import Image
-
     names = [f"class_{c}" for c in range(classes)] if isinstance(classes, int) else list(classes)
     height, width = (size, size) if isinstance(size, int) else size
     rng = np.random.default_rng(seed)
