@@ -41,8 +41,9 @@ from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, read_checkpoint
-from crate.models.checkpoint import DATA_CONFIG_KEY, LABEL_NAMES_KEY
+from crate.models.checkpoint import LABEL_NAMES_KEY
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
+from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
 
@@ -299,8 +300,8 @@ def _card(
         "data": run.data_description,
         "data_config": run.data_config or None,
         "epochs": run.epochs,
-        "global_step": run.checkpoint.lightning["global_step"],
-        "planned_steps": run.checkpoint.lightning.get("planned_steps"),
+        "global_step": run.record.global_step,
+        "planned_steps": run.record.planned_steps,
         "val_accuracy": measured.accuracy,
         "val_images": measured.images,
         **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),

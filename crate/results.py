@@ -37,7 +37,7 @@ from torchvision.datasets import ImageFolder
 import crate.models  # noqa: F401  (registers the zoo)
 from crate.model_card import card_markdown
 from crate.models import read_checkpoint
-from crate.run import held_out_set, held_out_topk
+from crate.run import held_out_set, held_out_topk, read_record
 from crate.run.held_out import check_label_names
 
 __all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "record_on_card", "shipped_tags", "timm_test_set"]
@@ -97,17 +97,17 @@ def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> 
     """(dataset name, the tag's row) on the validation split its file records, or with ``split="test"`` on the
     ``test/`` folder beside that data (``data_root``: where it lies now)."""
     model = timm.create_model(tag, pretrained=True).eval()
-    held = read_checkpoint(model.pretrained_cfg["file"])
-    if held.data_config is None:
+    data_config = read_record(read_checkpoint(model.pretrained_cfg["file"])).data_config
+    if data_config is None:
         raise ValueError(f"{tag}: its file records no data config; re-export it with crate.export")
     if split == "test":
-        root = data_root or (held.data_config.get("init_args") or {}).get("root")
+        root = data_root or (data_config.get("init_args") or {}).get("root")
         if root is None:
-            raise FileNotFoundError(f"{tag}: its data ({held.data_config['class_path']}) has no test folder")
+            raise FileNotFoundError(f"{tag}: its data ({data_config['class_path']}) has no test folder")
         dataset = timm_test_set(Path(root), model)
     else:
         overrides = {"root": data_root} if data_root else None
-        dataset = held_out_set(held.data_config, model, overrides)
+        dataset = held_out_set(data_config, model, overrides)
     accuracy = held_out_topk(model, dataset, (1, 5))
     cfg = model.pretrained_cfg
     row = {
@@ -122,7 +122,7 @@ def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> 
         "interpolation": cfg.get("interpolation"),
         "images": len(dataset),
     }
-    return dataset_name(held.data_config), row
+    return dataset_name(data_config), row
 
 
 def _card_folder(tag: str) -> Path:

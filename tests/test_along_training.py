@@ -21,7 +21,7 @@ def test_snapshots_land_at_their_points_load_through_the_reader_and_measure_as_t
 
     from crate.interpret import load_data
     from crate.models import read_checkpoint
-    from crate.run import build_model, resolve_data
+    from crate.run import build_model, read_record, resolve_data
 
     proc = run_in_process(
         "fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.max_epochs", "2",
@@ -40,7 +40,8 @@ def test_snapshots_land_at_their_points_load_through_the_reader_and_measure_as_t
     ]
     last = run / "snapshots" / names[-1]
     held = read_checkpoint(last)
-    assert held.model_name == "crate_nano_patch4_32" and held.data_config["class_path"].endswith("DigitsDataModule")
+    assert held.model_name == "crate_nano_patch4_32"
+    assert read_record(held).data_config["class_path"].endswith("DigitsDataModule")
     ema = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
     key = "model_ema.module.head.weight"
     assert torch.equal(held.state_dict["head.weight"], ema[key].to(torch.float16))  # the evaluated (EMA) weights

@@ -19,6 +19,7 @@ from torchvision import datasets
 import crate  # noqa: F401
 from crate.models import read_checkpoint
 from crate.models.shipped import CIFAR10_CLASSES
+from crate.run import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.cifar10.safetensors"))
@@ -30,7 +31,7 @@ def test_cifar10_tag_loads_offline_with_its_training_normalisation_and_card(tag:
     model = timm.create_model(tag, pretrained=True).eval()
     cfg = model.pretrained_cfg
     held = read_checkpoint(cfg["file"])
-    recorded = held.data_config
+    recorded = read_record(held).data_config
     assert recorded["class_path"].endswith("StoredImageFolderDataModule")
     assert cfg["input_size"] == (3, 32, 32) and cfg["crop_pct"] == 1.0 and tuple(cfg["label_names"]) == CIFAR10_CLASSES
     # the store path normalised with the model's cfg mean and std, which the tag's cfg keeps

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback
 import crate  # noqa: F401
 from crate.lit import DigitsDataModule, ImageClassifier
 from crate.models.checkpoint import read_checkpoint
+from crate.run import read_record
 
 
 def _fit(
@@ -245,6 +246,6 @@ def test_lr_base_size_scales_the_peak_learning_rate_to_the_run_s_batch(
     recorder = _RecordLR()
     _fit(module, steps=1, callbacks=[recorder], path=tmp_path / "run.ckpt")
     assert recorder.lrs == pytest.approx([1e-3 * factor])
-    assert read_checkpoint(tmp_path / "run.ckpt").lightning["peak_lr"] == pytest.approx(1e-3 * factor)
+    assert read_record(read_checkpoint(tmp_path / "run.ckpt")).peak_lr == pytest.approx(1e-3 * factor)
     with pytest.raises(ValueError, match="lr_base_scale"):
         ImageClassifier("crate_nano_patch4_32", lr_base_size=128, lr_base_scale="cubic")

@@ -19,6 +19,7 @@ from crate.interpret.__main__ import main as interpret_main
 from crate.interpret.loading import held_out_accuracy, load_run
 from crate.lit import MaskedAutoencoder, cli_main
 from crate.models import CheckpointError, read_checkpoint
+from crate.run import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / "configs" / "crate_nano_digits.yaml")
@@ -59,7 +60,8 @@ def _validate(config: str, ckpt: Path, *extra: str) -> float:
 def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tmp_path: Path, capsys) -> None:
     ckpt = runs["split1"]
     held = read_checkpoint(ckpt)
-    assert held.data_config["init_args"]["split_seed"] == 1 and held.lightning["module"] == "ImageClassifier"
+    record = read_record(held)
+    assert record.data_config["init_args"]["split_seed"] == 1 and record.module == "ImageClassifier"
     validated = _validate(DIGITS, ckpt, "--data.split_seed", "1")
     export_main([str(ckpt), "--out", str(tmp_path / "split1.safetensors")])
     card = json.loads((tmp_path / "split1.json").read_text())

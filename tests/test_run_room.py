@@ -4,6 +4,7 @@ they take a run's facts (kind, recipe, held-out data) from it, not from the repo
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,55 @@ def test_an_accuracy_is_refused_where_the_data_s_labels_or_class_names_are_not_t
         check_label_names(model, ["bird", "cat", "dog"], "data")  # same names, other label order
     model.pretrained_cfg = {}
     check_label_names(model, ["a", "b", "c"], "data")  # a model without names: nothing to compare
+
+
+def _lightning_file(path: Path, **entries) -> Path:
+    """A Lightning checkpoint's layout written by hand: weights under ``state_dict``, the module's settings under
+    ``hyper_parameters``, and whatever the run added at the top level."""
+    import torch
+
+    head = {"model.head.weight": torch.zeros(3, 8), "model.head.bias": torch.zeros(3)}
+    hyper = {"model_name": "crate_nano_patch4_32", "num_classes": 3, "lr": 1e-3}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": head, "hyper_parameters": hyper, "epoch": 4, "global_step": 40, **entries}, path)
+    return path
+
+
+def test_the_run_record_is_read_in_the_run_room_and_the_weights_reader_keeps_only_the_class_names(
+    tmp_path: Path,
+) -> None:
+    from crate.models import read_checkpoint
+    from crate.run import read_record
+
+    identity = {"source": "folder", "classes": ["heron", "egret", "stork"], "img_size": 24}
+    data = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": "photos"}}
+    schedule = [{"t_initial": 90, "warmup_t": 10, "warmup_prefix": True}]
+    optimizer = [{"param_groups": [{"initial_lr": 2e-3, "lr": 1e-4}]}]
+    ckpt = _lightning_file(
+        tmp_path / "new.ckpt", crate_module="ImageClassifier", data_config=data, data_identity=identity,
+        label_names=identity["classes"], lr_schedulers=schedule, optimizer_states=optimizer,
+    )  # fmt: skip
+    held = read_checkpoint(ckpt)
+    record = read_record(held)
+    assert (record.module, record.epoch, record.global_step, record.data_config) == ("ImageClassifier", 4, 40, data)
+    assert record.data_identity == identity and record.hyper_parameters["lr"] == 1e-3
+    assert (record.planned_steps, record.peak_lr) == (100, 2e-3)  # warmup before the decay, then the decay
+    assert held.label_names == ("heron", "egret", "stork")
+    # a file written before the class names had their own entry: from its data identity
+    older = read_checkpoint(_lightning_file(tmp_path / "older.ckpt", data_identity=identity))
+    assert older.label_names == ("heron", "egret", "stork") and read_record(older).module is None
+    # a file written before the data section was recorded in it: from the run folder's config.yaml around it
+    run = tmp_path / "run" / "version_0"
+    _lightning_file(run / "checkpoints" / "last.ckpt")
+    (run / "config.yaml").write_text(yaml.safe_dump({"data": data, "seed_everything": 0}))
+    assert read_record(read_checkpoint(run / "checkpoints" / "last.ckpt")).data_config == data
+    assert read_record(read_checkpoint(_lightning_file(tmp_path / "alone.ckpt"))).data_config is None
+
+
+def test_the_models_room_knows_weight_files_not_runs() -> None:
+    for path in (REPO / "crate" / "models").rglob("*.py"):
+        imported = {m for m in _imports(path) if m.split(".")[:2] in (["crate", "run"], ["crate", "lit"])}
+        assert not imported, f"{path} imports {imported}"
+        text = path.read_text()
+        for key in ("crate_module", "data_config", "config.yaml", "optimizer_states", "lr_schedulers"):
+            assert not re.search(rf"\b{re.escape(key)}\b", text), f"{path} reads a run's {key}"

@@ -25,9 +25,10 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 
-__all__ = ["BASELINE_KEY", "ClassicalBaseline", "baseline_scores", "pixel_features"]
+from crate.run.record import BASELINE_KEY  # where checkpoints record the scores
 
-BASELINE_KEY = "classical_baseline"  # where checkpoints record the scores
+__all__ = ["ClassicalBaseline", "baseline_scores", "pixel_features"]
+
 MAX_SIDE = 32
 
 

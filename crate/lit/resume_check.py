@@ -11,6 +11,7 @@ from typing import Any
 
 from crate.models import Checkpoint, CheckpointError
 from crate.run.held_out import shown_classes
+from crate.run.record import read_record
 
 __all__ = ["check_evaluation_data", "check_resume_data", "data_changes"]
 
@@ -49,11 +50,12 @@ def check_resume_data(held: Checkpoint, identity: dict[str, Any], data_config: d
     """Refuse to resume ``held`` onto data other than the one it recorded (``identity`` and ``data_config``:
     what the config builds now). Checkpoints of other programs or older ones without a record pass what they
     cannot tell."""
-    recorded = held.lightning.get("data_identity")
+    record = read_record(held)
+    recorded = record.data_identity
     if isinstance(recorded, dict):
         changes = data_changes(recorded, identity)
     else:
-        changes = data_changes(_recorded_settings(held.data_config), _recorded_settings(data_config))
+        changes = data_changes(_recorded_settings(record.data_config), _recorded_settings(data_config))
     if changes:
         raise CheckpointError(
             f"--ckpt_path {held.path} resumes a run trained on other data ({'; '.join(changes)}); nothing was "
@@ -65,7 +67,7 @@ def check_resume_data(held: Checkpoint, identity: dict[str, Any], data_config: d
 def check_evaluation_data(held: Checkpoint, identity: dict[str, Any], subcommand: str) -> None:
     """Refuse to ``validate``, ``test`` or ``predict`` with ``held`` on data whose classes (or channels) are not
     the ones it recorded: each label would be scored, or named, as another class. Files without a record pass."""
-    recorded = held.lightning.get("data_identity")
+    recorded = read_record(held).data_identity
     if not isinstance(recorded, dict):
         return
     changes = data_changes({key: recorded[key] for key in _LABELS if key in recorded}, identity)

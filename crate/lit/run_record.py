@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from crate.models.checkpoint import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY
-from crate.run.record import PROGRAMS, module_kind  # what a file says of its kind: the run room reads it
+from crate.models.checkpoint import LABEL_NAMES_KEY
+from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, module_kind
 
 __all__ = ["PROGRAMS", "RunRecord", "module_kind"]
 
@@ -16,7 +16,8 @@ class RunRecord:
     """Mixin of the zoo's LightningModules: every checkpoint they write records the module's class name and,
     where the DataModule has one (``train.py`` sets it from the config), the run's ``data_config``
     (``{"class_path": ..., "init_args": {...}}``, plain YAML types) and the data's identity (its source, folder,
-    classes, split sizes, image size and channels), which a resume is checked against."""
+    classes, split sizes, image size and channels), which a resume is checked against, and the class names in
+    label order (what ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``)."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__
@@ -25,4 +26,7 @@ class RunRecord:
         if config is not None:
             checkpoint[DATA_CONFIG_KEY] = config
         if hasattr(datamodule, "data_identity"):
-            checkpoint[DATA_IDENTITY_KEY] = datamodule.data_identity()
+            identity = datamodule.data_identity()
+            checkpoint[DATA_IDENTITY_KEY] = identity
+            if identity.get("classes"):  # the class names in label order, under the key exports use too
+                checkpoint[LABEL_NAMES_KEY] = list(identity["classes"])

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from safetensors.torch import save_file
 
 from crate.layers import patch_embed_in_chans
-from crate.models.checkpoint import DATA_CONFIG_KEY
+from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["SNAPSHOT_EPOCHS", "SNAPSHOT_STEPS", "WeightSnapshots", "snapshot_name"]
 

@@ -13,10 +13,9 @@ of every zoo family (``pretrained_cfg_overlay=dict(file=...)`` and the shipped `
   ``argparse.Namespace``) are read with ``weights_only=True``, the namespace allowed as the one
   non-tensor class, so nothing else is unpickled; ``ema=True`` takes ``model_ema`` instead of ``model``;
 
-What a file records of the data its run held out travels with it as ``Checkpoint.data_config`` (the
-``data`` section of the run's config: ``class_path`` and ``init_args``): from a Lightning checkpoint
-(``data_config``, written by ``train.py``/``pretrain.py``; for older checkpoints, the ``config.yaml`` of the
-run folder they lie in) or an export's safetensors metadata. Evaluations of the file use it.
+What a file records beside its weights travels with it, as written, in ``Checkpoint.record`` (a Lightning
+checkpoint's other entries, a safetensors file's metadata); ``crate.run.read_record`` reads what it says of the
+run. Read here are only what the weights are: the architecture's settings and the class names in label order.
 
 It raises :class:`CheckpointError` (a missing file: ``FileNotFoundError``) with what the file holds and
 what to do. One rule for ``num_classes`` with a file, for every family: ``num_classes=N`` means the file
@@ -37,16 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 
 __all__ = [
-    "DATA_CONFIG_KEY",
-    "DATA_IDENTITY_KEY",
     "LABEL_NAMES_KEY",
-    "MODULE_KEY",
     "Checkpoint",
     "CheckpointError",
     "pretrained_kwargs",
@@ -54,11 +49,10 @@ __all__ = [
 ]
 
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
-# what a zoo file records of its run beside the weights (Lightning checkpoint keys, safetensors metadata)
-MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
-DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
-LABEL_NAMES_KEY = "label_names"  # an export's class names in label order (safetensors metadata)
-DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
+# the class names in label order (a Lightning checkpoint's entry, an export's safetensors metadata)
+LABEL_NAMES_KEY = "label_names"
+# where Lightning checkpoints written before the names had their own entry kept them: the run's data identity
+_LEGACY_CLASSES = ("data_identity", "classes")
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 _NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
@@ -72,10 +66,11 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     layout: str  # crate_official | crate_alpha_official | timm
     source: str  # lightning | safetensors | torch
-    # model_name, num_classes, in_chans, img_size, model_kwargs (and an export's label_names)
+    # model_name, num_classes, in_chans, img_size, model_kwargs, label_names
     hparams: dict[str, Any] = field(default_factory=dict)
-    lightning: dict[str, Any] = field(default_factory=dict)  # all hyper_parameters, epoch, global_step, module
-    data_config: dict[str, Any] | None = None  # the run's data section: class_path, init_args
+    # what the file holds beside its weights, as written: a Lightning checkpoint's other entries, a safetensors
+    # file's metadata (strings); empty for plain torch files. crate.run.read_record reads what it says of the run
+    record: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_name(self) -> str | None:
@@ -83,9 +78,9 @@ class Checkpoint:
 
     @property
     def label_names(self) -> tuple[str, ...] | None:
-        """The class names in label order, where the file records them (an export's metadata, or the classes
-        of the data a Lightning run was trained on); None for files that do not."""
-        classes = self.hparams.get("label_names") or (self.lightning.get("data_identity") or {}).get("classes")
+        """The class names in label order, where the file records them (an export's metadata, a Lightning
+        checkpoint's entry); None for files that do not."""
+        classes = self.hparams.get("label_names")
         return tuple(str(name) for name in classes) if classes else None
 
     def img_size(self, patch_size: tuple[int, int] | None = None) -> int | tuple[int, int] | None:
@@ -152,60 +147,6 @@ class Checkpoint:
         return f"{self.path} holds {', '.join(parts)} ({self.source} file)"
 
 
-def _lightning_info(loaded: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "hyper_parameters": dict(loaded.get("hyper_parameters") or {}),
-        "epoch": int(loaded.get("epoch", -1)),
-        "global_step": int(loaded.get("global_step", 0)),
-        "module": loaded.get(MODULE_KEY),  # the LightningModule class that wrote it (None: older files)
-        "data_identity": loaded.get(DATA_IDENTITY_KEY),  # the data it was trained on (None: older files)
-        "classical_baseline": loaded.get("classical_baseline"),  # pixel baselines on the run's split, if measured
-        "peak_lr": _peak_lr(loaded),
-        "planned_steps": _planned_steps(loaded),
-    }
-
-
-def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
-    """The optimizer steps the run's learning-rate schedule was laid out for (timm's cosine schedule: its
-    warmup, where it comes before the decay, plus the decay's length), or None where the file records no such
-    schedule. A run stopped before them (``--trainer.max_time``, an interruption) ended before its learning rate
-    finished decaying."""
-    for state in loaded.get("lr_schedulers") or []:
-        t_initial = state.get("t_initial") if isinstance(state, Mapping) else None
-        if isinstance(t_initial, int) and t_initial > 0:
-            warmup = state.get("warmup_t", 0) if state.get("warmup_prefix") else 0
-            return t_initial + (warmup if isinstance(warmup, int) else 0)
-    return None
-
-
-def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
-    """The learning rate the run's schedule started from (its first optimizer's ``initial_lr``): the ``lr``
-    hyperparameter, or that scaled to the run's batch where ``lr_base_size`` was set."""
-    for state in loaded.get("optimizer_states") or []:
-        for group in state.get("param_groups") or []:
-            if isinstance(group.get("initial_lr"), float):
-                return group["initial_lr"]
-    return None
-
-
-def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
-    """The data section of ``<run>/config.yaml`` for a checkpoint in ``<run>/checkpoints/`` (checkpoints
-    written before the data config was recorded in them)."""
-    config = path.resolve().parent.parent / "config.yaml"
-    if path.resolve().parent.name != "checkpoints" or not config.is_file():
-        return None
-    try:
-        data = (yaml.safe_load(config.read_text()) or {}).get("data")
-    except yaml.YAMLError:
-        return None
-    return dict(data) if isinstance(data, Mapping) and "class_path" in data else None
-
-
-def _lightning_data_config(loaded: Mapping[str, Any], path: Path) -> dict[str, Any] | None:
-    recorded = loaded.get(DATA_CONFIG_KEY)
-    return dict(recorded) if isinstance(recorded, Mapping) else _run_folder_data_config(path)
-
-
 def _is_safetensors(path: Path) -> bool:
     """A ``.safetensors`` name, or the format's own start under any name: an 8-byte little-endian header length
     that fits the file, then the header's JSON object (a torch zip starts ``PK``, a legacy pickle with 0x80)."""
@@ -221,8 +162,17 @@ def _is_safetensors(path: Path) -> bool:
     return int.from_bytes(head[:8], "little") <= path.stat().st_size - 8
 
 
-def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str, Any] | None]:
-    """(what the file holds, its source, the model's hparams it records, the data config it records)."""
+def _lightning_hparams(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture a Lightning checkpoint's module was built with, and its class names."""
+    hyper = loaded["hyper_parameters"]
+    hparams = {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
+    legacy = loaded.get(_LEGACY_CLASSES[0])
+    names = loaded.get(LABEL_NAMES_KEY) or (legacy.get(_LEGACY_CLASSES[1]) if isinstance(legacy, Mapping) else None)
+    return {**hparams, "label_names": list(names)} if names else hparams
+
+
+def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str, Any]]:
+    """(what the file holds, its source, the model's hparams it records, what it records beside its weights)."""
     if _is_safetensors(path):
         from safetensors import safe_open
 
@@ -240,8 +190,7 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
         if metadata.get(LABEL_NAMES_KEY):
             hparams["label_names"] = json.loads(metadata[LABEL_NAMES_KEY])
-        data_config = json.loads(metadata[DATA_CONFIG_KEY]) if metadata.get(DATA_CONFIG_KEY) else None
-        return state, "safetensors", hparams, data_config
+        return state, "safetensors", hparams, dict(metadata)
     try:
         # training checkpoints carry their run's argparse.Namespace: a bag of attributes, safe to rebuild
         with torch.serialization.safe_globals([argparse.Namespace]):
@@ -261,11 +210,10 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         ) from err
     if not isinstance(loaded, Mapping):
         raise CheckpointError(f"checkpoint {path} holds a {type(loaded).__name__}, not a state dict")
-    hyper = loaded.get("hyper_parameters")
-    if isinstance(hyper, Mapping) and "state_dict" in loaded:
-        hparams = {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
-        return loaded, "lightning", hparams, _lightning_data_config(loaded, path)
-    return loaded, "torch", {}, None
+    if isinstance(loaded.get("hyper_parameters"), Mapping) and "state_dict" in loaded:
+        record = {key: value for key, value in loaded.items() if key != "state_dict"}
+        return loaded, "lightning", _lightning_hparams(loaded), record
+    return loaded, "torch", {}, {}
 
 
 def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
@@ -279,7 +227,7 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
         )
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file {path} does not exist; check the path")
-    loaded, source, hparams, data_config = _load(path)
+    loaded, source, hparams, record = _load(path)
     if ema and source == "torch":
         if not isinstance(loaded.get("model_ema"), Mapping):
             raise CheckpointError(f"checkpoint {path} holds no model_ema (keys: {sorted(loaded)[:8]}); leave ema out")
@@ -288,8 +236,7 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     tensors = {k: v for k, v in state.items() if torch.is_tensor(v)}
     if not tensors:
         raise CheckpointError(f"checkpoint {path} holds no weights (keys: {sorted(state)[:8]})")
-    lightning = _lightning_info(loaded) if source == "lightning" else {}
-    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams, lightning, data_config)
+    return Checkpoint(str(path), tensors, detect_layout(tensors), source, hparams, record)
 
 
 def _tag_cfg(kwargs: Mapping[str, Any], variant: str) -> Any:

@@ -11,12 +11,13 @@ from .held_out import (
     resolve_data,
 )
 from .model import build_model
-from .record import PROGRAMS, module_kind
+from .record import PROGRAMS, FileRecord, module_kind, read_record
 from .run import UNKNOWN_RUN_SETTING, Run
 
 __all__ = [
     "PROGRAMS",
     "UNKNOWN_RUN_SETTING",
+    "FileRecord",
     "Run",
     "build_model",
     "datamodule_from_config",
@@ -25,5 +26,6 @@ __all__ = [
     "held_out_set",
     "held_out_topk",
     "module_kind",
+    "read_record",
     "resolve_data",
 ]

@@ -12,6 +12,8 @@ import torch
 import crate.models  # noqa: F401  (registers the zoo)
 from crate.models import CheckpointError, check_model_name, create_classifier, read_checkpoint
 
+from .record import read_record
+
 __all__ = ["build_model"]
 
 
@@ -30,7 +32,7 @@ def build_model(
     if checkpoint is None:
         model = timm.create_model(name, pretrained=True).eval()
         cfg = model.pretrained_cfg.get("file")
-        return model, {}, (read_checkpoint(cfg).data_config if cfg else None)
+        return model, {}, (read_record(read_checkpoint(cfg)).data_config if cfg else None)
     held = read_checkpoint(checkpoint)
     kwargs: dict[str, Any] = dict(held.architecture_kwargs)
     kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
@@ -58,7 +60,7 @@ def build_model(
             f"{held.describe()}: it does not fit {name} ({str(err).splitlines()[0]}). "
             "Was it trained for another architecture? Pick the matching --model."
         ) from err
-    classes = (held.lightning.get("data_identity") or {}).get("classes")
+    classes = held.label_names
     if classes and not model.pretrained_cfg.get("label_names"):  # timm's field for the class names, as tags have
-        model.pretrained_cfg = {**model.pretrained_cfg, "label_names": tuple(classes)}
-    return model.eval(), kwargs, held.data_config
+        model.pretrained_cfg = {**model.pretrained_cfg, "label_names": classes}
+    return model.eval(), kwargs, read_record(held).data_config

@@ -1,11 +1,39 @@
-"""Which program and module wrote a checkpoint: a classifier (``train.py``), masked pretraining or
-self-distillation (``pretrain.py``)."""
+"""What a zoo file records of its run beside the weights, and the keys it records them under.
+
+A Lightning checkpoint of ``train.py`` / ``pretrain.py`` records which module wrote it, the data section of
+the run's config, the data's identity (source, folder, classes, split sizes, image size, channels), the
+classical baselines measured on the run's split, and Lightning's own loop and optimizer state (epoch, step,
+the learning-rate schedule). An export's safetensors metadata records the data section. :func:`read_record`
+reads all of it from a :class:`crate.models.Checkpoint` (whose ``record`` holds the file's entries as
+written), so the rest of the package never reads those keys itself."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
 from crate.models import Checkpoint
 
-__all__ = ["PROGRAMS", "module_kind"]
+__all__ = [
+    "BASELINE_KEY",
+    "DATA_CONFIG_KEY",
+    "DATA_IDENTITY_KEY",
+    "MODULE_KEY",
+    "PROGRAMS",
+    "FileRecord",
+    "module_kind",
+    "read_record",
+]
+
+MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
+DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args (also in an export's metadata)
+DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
+BASELINE_KEY = "classical_baseline"  # the classical models' scores on the run's own split
 
 # the command that trains each module kind, for messages
 PROGRAMS = {
@@ -15,12 +43,87 @@ PROGRAMS = {
 }
 
 
+@dataclass(frozen=True)
+class FileRecord:
+    """What a file records of its run. Files that record less (plain weights, older checkpoints) leave the
+    fields they cannot fill at their defaults: ``None``, an empty dict, epoch -1."""
+
+    module: str | None = None  # the LightningModule class that wrote it
+    hyper_parameters: dict[str, Any] = field(default_factory=dict)
+    epoch: int = -1
+    global_step: int = 0
+    data_config: dict[str, Any] | None = None  # the run's data section: class_path, init_args
+    data_identity: dict[str, Any] | None = None
+    classical_baseline: dict[str, Any] | None = None
+    peak_lr: float | None = None
+    planned_steps: int | None = None
+
+
+def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
+    """The optimizer steps the run's learning-rate schedule was laid out for (timm's cosine schedule: its
+    warmup, where it comes before the decay, plus the decay's length), or None where the file records no such
+    schedule. A run stopped before them (``--trainer.max_time``, an interruption) ended before its learning rate
+    finished decaying."""
+    for state in loaded.get("lr_schedulers") or []:
+        t_initial = state.get("t_initial") if isinstance(state, Mapping) else None
+        if isinstance(t_initial, int) and t_initial > 0:
+            warmup = state.get("warmup_t", 0) if state.get("warmup_prefix") else 0
+            return t_initial + (warmup if isinstance(warmup, int) else 0)
+    return None
+
+
+def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
+    """The learning rate the run's schedule started from (its first optimizer's ``initial_lr``): the ``lr``
+    hyperparameter, or that scaled to the run's batch where ``lr_base_size`` was set."""
+    for state in loaded.get("optimizer_states") or []:
+        for group in state.get("param_groups") or []:
+            if isinstance(group.get("initial_lr"), float):
+                return group["initial_lr"]
+    return None
+
+
+def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
+    """The data section of ``<run>/config.yaml`` for a checkpoint in ``<run>/checkpoints/`` (checkpoints
+    written before the data config was recorded in them)."""
+    config = path.resolve().parent.parent / "config.yaml"
+    if path.resolve().parent.name != "checkpoints" or not config.is_file():
+        return None
+    try:
+        data = (yaml.safe_load(config.read_text()) or {}).get("data")
+    except yaml.YAMLError:
+        return None
+    return dict(data) if isinstance(data, Mapping) and "class_path" in data else None
+
+
+def read_record(held: Checkpoint) -> FileRecord:
+    """What ``held`` records of its run: everything for a Lightning checkpoint of the zoo, the data section
+    for an export, nothing for plain weights."""
+    record = held.record
+    if held.source == "safetensors":
+        data = record.get(DATA_CONFIG_KEY)
+        return FileRecord(data_config=json.loads(data) if data else None)
+    if held.source != "lightning":
+        return FileRecord()
+    data = record.get(DATA_CONFIG_KEY)
+    return FileRecord(
+        module=record.get(MODULE_KEY),
+        hyper_parameters=dict(record.get("hyper_parameters") or {}),
+        epoch=int(record.get("epoch", -1)),
+        global_step=int(record.get("global_step", 0)),
+        data_config=dict(data) if isinstance(data, Mapping) else _run_folder_data_config(Path(held.path)),
+        data_identity=record.get(DATA_IDENTITY_KEY),
+        classical_baseline=record.get(BASELINE_KEY),
+        peak_lr=_peak_lr(record),
+        planned_steps=_planned_steps(record),
+    )
+
+
 def module_kind(held: Checkpoint) -> str | None:
     """The module class that wrote a Lightning checkpoint of the zoo: recorded, or for files written before
     the record, told by its hyper-parameters (only masked pretraining has ``mask_ratio``)."""
     if held.source != "lightning":
         return None
-    recorded = held.lightning.get("module")
-    if recorded:
-        return str(recorded)
-    return "MaskedAutoencoder" if "mask_ratio" in held.lightning.get("hyper_parameters", {}) else "ImageClassifier"
+    record = read_record(held)
+    if record.module:
+        return str(record.module)
+    return "MaskedAutoencoder" if "mask_ratio" in record.hyper_parameters else "ImageClassifier"

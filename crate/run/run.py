@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import yaml
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .held_out import describe_data
-from .record import module_kind
+from .record import FileRecord, module_kind, read_record
 
 __all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run"]
 
@@ -60,6 +61,11 @@ class Run:
         config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
         return cls(path, held, config)
 
+    @cached_property
+    def record(self) -> FileRecord:
+        """What the checkpoint records of its run: module, hyper-parameters, epoch, data, schedule."""
+        return read_record(self.checkpoint)
+
     @property
     def kind(self) -> str:
         """The module that wrote it: ``ImageClassifier``, ``MaskedAutoencoder`` or ``SelfDistillation``."""
@@ -76,7 +82,7 @@ class Run:
 
     @property
     def hparams(self) -> dict[str, Any]:
-        return self.checkpoint.lightning["hyper_parameters"]
+        return self.record.hyper_parameters
 
     @property
     def model_name(self) -> str:
@@ -90,7 +96,7 @@ class Run:
     @property
     def data_config(self) -> dict[str, Any] | None:
         """The data section the run trained with (``class_path``, ``init_args``), or None where not recorded."""
-        return self.checkpoint.data_config
+        return self.record.data_config
 
     @property
     def data_description(self) -> str:
@@ -104,11 +110,11 @@ class Run:
     @property
     def classical_baseline(self) -> dict[str, Any] | None:
         """The classical models' scores on the run's own split, where the run measured them (image folders)."""
-        return self.checkpoint.lightning.get("classical_baseline")
+        return self.record.classical_baseline
 
     @property
     def epochs(self) -> int:
-        return self.checkpoint.lightning["epoch"] + 1
+        return self.record.epoch + 1
 
     def recipe(self) -> dict[str, Any]:
         """The training recipe a card shows: the module's optimisation settings, the training-only model settings,
@@ -121,7 +127,7 @@ class Run:
             recipe["objective_images"] = hp.get("objective_images", 8)  # 8: runs from before it was a setting
         if hp.get("lr_base_size"):  # lr is the rate at that batch size, scaled to the run's
             recipe.update(lr_base_size=hp["lr_base_size"], lr_base_scale=hp.get("lr_base_scale", "sqrt"))
-            recipe["peak_lr"] = self.checkpoint.lightning.get("peak_lr")
+            recipe["peak_lr"] = self.record.peak_lr
         architecture = self.checkpoint.architecture_kwargs
         regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in architecture}
         recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
