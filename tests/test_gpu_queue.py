@@ -4,6 +4,7 @@ window's jobs on the CPU and leaves what a GPU machine would send back."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import gpu_queue
 import pytest
+import torch
 from gpu_queue import Job, QueueError, load_queue, next_jobs, pack
+
+from crate.run import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +48,11 @@ def test_the_next_jobs_are_the_first_pending_ones_that_fit_the_time_left() -> No
     assert next_jobs(jobs, 90, max_jobs=6) == []
     many = [_job(str(i), 10) for i in range(10)]
     assert [j.name for j in next_jobs(many, 480, max_jobs=3)] == ["0", "1", "2"]
+    # by name: a done job runs again, in queue order, within the same time and file limits
+    assert [j.name for j in next_jobs(jobs, 480, max_jobs=6, names=["d", "a"])] == ["a", "d"]
+    assert [j.name for j in next_jobs(jobs, 480, max_jobs=6, names=["c", "b"])] == ["b"]
+    with pytest.raises(QueueError, match="no job zz"):
+        next_jobs(jobs, 480, max_jobs=6, names=["b", "zz"])
 
 
 _ENTRY = "jobs:\n  - name: a\n    what: x\n    run: r\n    writes: w\n    done: null\n"
@@ -116,38 +125,155 @@ def _check_suite_report(report: dict) -> None:
         assert export["shipped_val_acc"] == json.loads(shipped.read_text())["val_accuracy"]
 
 
-@pytest.mark.slow  # a train.py run, an export and a bare step in subprocesses
-def test_the_dry_run_of_the_next_window_leaves_what_a_gpu_machine_sends_back(tmp_path: Path) -> None:
+# one job of each kind the queue holds: a member's training, export and bare step (gpu_suite.py), a window of the
+# converged zoo table (zoo_table_gpu.py), the input-path benchmark, and SimDINO (gpu_simdino.py)
+DRY_JOBS = ("crate_cct4_200_epochs_lr2e3", "zoo_converged_window_1", "input_path_imagenet_jpegs", "simdino_crate_nano")
+
+
+@pytest.fixture(scope="module")
+def dry_window(tmp_path_factory) -> Path:
+    """The one dry run of the whole pipeline: ``gpu_suite.sh --next --dry-run`` (the old entry point, which forwards
+    to tools/gpu_jobs/gpu_suite.sh: both are exercised) over one job of each kind, within the machine's limits
+    given as arguments (the archive may hold 32 MiB: four windows' jobs in one; each alone fits 16); the folder it
+    leaves is what a GPU machine sends back."""
+    out = tmp_path_factory.mktemp("dry_window")
     proc = subprocess.run(
-        # the old entry point, which forwards to tools/gpu_jobs/gpu_suite.sh: both are exercised
-        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--next", "--dry-run", "--time-left", "480",
-         "--window-s", "480", "--max-files", "8", "--max-file-mib", "16"],
-        cwd=REPO, env=dict(os.environ, OUT_DRY=str(tmp_path)), capture_output=True, text=True, timeout=900,
+        ["bash", str(REPO / "benchmarks" / "gpu_suite.sh"), "--next", "--dry-run", "--jobs", *DRY_JOBS,
+         "--time-left", "1700", "--window-s", "480", "--max-files", "8", "--max-file-mib", "32"],
+        cwd=REPO, env=dict(os.environ, OUT_DRY=str(out)), capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    first = next_jobs(load_queue(), 480, max_jobs=6)
-    assert first, "the queue has no pending job that fits a window"
-    returned = sorted(p.name for p in tmp_path.iterdir() if p.is_file())  # images/ is the dry run's stand-in data
-    assert returned == sorted([*(f"{job.name}.json" for job in first), "artifacts.tar.gz", "queue_run.json"])
-    assert len(returned) <= 8 and all((tmp_path / name).stat().st_size <= 16 * 2**20 for name in returned)
-    summary = json.loads((tmp_path / "queue_run.json").read_text())
-    assert [entry["job"] for entry in summary["ran"]] == [job.name for job in first] and summary["dry_run"]
-    for job in first:
-        record = json.loads((tmp_path / f"{job.name}.json").read_text())
-        assert record["exit_status"] == 0 and record["date"].startswith("20")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with tarfile.open(out / "artifacts.tar.gz") as tar:
+        tar.extractall(out / "artifacts", filter="data")
+    return out
+
+
+def _record(out: Path, job: str) -> dict:
+    record = json.loads((out / f"{job}.json").read_text())
+    assert record["exit_status"] == 0, record.get("log_tail")
+    return record
+
+
+@pytest.mark.slow  # every job's programs in subprocesses
+def test_the_dry_run_leaves_what_a_gpu_machine_sends_back(dry_window: Path) -> None:
+    jobs = {job.name: job for job in load_queue()}
+    returned = sorted(p.name for p in dry_window.iterdir() if p.is_file())  # images/: the stand-in data
+    assert returned == sorted([*(f"{name}.json" for name in DRY_JOBS), "artifacts.tar.gz", "queue_run.json"])
+    assert len(returned) <= 8 and all((dry_window / name).stat().st_size <= 32 * 2**20 for name in returned)
+    summary = json.loads((dry_window / "queue_run.json").read_text())
+    assert [entry["job"] for entry in summary["ran"]] == list(DRY_JOBS) and summary["dry_run"]
+    assert summary["archive_left_out"] == []
+    for name in DRY_JOBS:
+        record = _record(dry_window, name)
+        assert record["date"].startswith("20") and record["device_s_estimate"] == jobs[name].device_s
         assert record["environment"]["device"].startswith("cpu") and record["environment"]["torch"]
-        assert shlex.split(record["command"])[-1] == "--dry-run"
-        result = record["result"]
-        assert result["train"]["exit_status"] == 0 and result["export"]["exit_status"] == 0
-        assert result["epochs_run"] == 3 and 0 <= result["val_acc_last"] <= 1
-        with tarfile.open(tmp_path / "artifacts.tar.gz") as tar:
-            names = tar.getnames()
-        member = result["model"]
-        assert f"{job.name}/{member}.cifar10_gpu.safetensors" in names
-        assert f"{job.name}/run/checkpoints/last.ckpt" in names and f"{job.name}/job.log" in names
-        assert f"{job.name}/run/config.yaml" in names and f"{job.name}/train.log" in names
-        if result.get("bare_step_ms") is not None:  # a GPU suite job: its report checked step by step
-            _check_suite_report(result)
+        words = shlex.split(record["command"])  # the job's command as written, its placeholders filled in
+        assert words[1] == jobs[name].command("python", Path("/out"), "d", dry=True)[1] and words[-1] == "--dry-run"
+        assert (dry_window / "artifacts" / name / "job.log").is_file()
+
+
+@pytest.mark.slow
+def test_a_member_job_trains_exports_and_times_the_bare_step(dry_window: Path) -> None:
+    result = _record(dry_window, DRY_JOBS[0])["result"]
+    assert result["train"]["exit_status"] == 0 and result["export"]["exit_status"] == 0
+    assert result["epochs_run"] == 3 and 0 <= result["val_acc_last"] <= 1
+    folder = dry_window / "artifacts" / DRY_JOBS[0]
+    assert (folder / f"{result['model']}.cifar10_gpu.safetensors").is_file()
+    assert (folder / "run" / "checkpoints" / "last.ckpt").is_file() and (folder / "run" / "config.yaml").is_file()
+    assert (folder / "train.log").is_file()
+    _check_suite_report(result)
+
+
+@pytest.mark.slow
+def test_a_zoo_window_shares_the_device_after_the_first_run_alone(dry_window: Path) -> None:
+    """Several runs at once after the first alone, each run measured beside its initialisation, the sharing gain
+    from the same model's two runs, and what comes back read through the one model reader."""
+    record = _record(dry_window, DRY_JOBS[1])
+    summary, words = record["result"], shlex.split(record["command"])
+    members = words[words.index("--members") + 1 : words.index("--seeds")]
+    runs_folder = dry_window / "artifacts" / DRY_JOBS[1] / "runs"
+    assert summary["not_finished"] == [] and sorted(summary["results"]) == sorted(members)
+    for name in members:
+        runs = summary["results"][name]["runs"]
+        assert sorted(run["seed"] for run in runs) == [0, 1]
+        for run in runs:
+            assert run["exit_status"] == 0 and run["epochs_run"] == 2 and 0 <= run["accuracy"] <= 1
+            assert run["best_accuracy"] >= run["accuracy"] and run["epoch_seconds"] > 0
+            (log,) = (runs_folder / f"{name}.seed{run['seed']}").glob("*/version_*/metrics.csv")
+            rows = list(csv.DictReader(log.open()))
+            assert run["accuracy"] == float([r["val/acc"] for r in rows if r["val/acc"]][-1])
+            epoch_s = sorted(float(r["time/epoch_s"]) for r in rows if r["time/epoch_s"])  # 2 epochs: both count
+            assert len(epoch_s) == 2 and run["epoch_seconds"] == round(epoch_s[1], 3)  # the upper median
+            for key in ("rc_change", "rc_change_shared_null", "rc_before"):
+                assert isinstance(run[key], float) and isinstance(run[f"{key}_init"], float)
+            # head redundancy needs attention maps: every member but ToST (token statistics, no maps) has them
+            has_maps = not name.startswith("tost_")
+            assert isinstance(run["redundancy"], float) == isinstance(run["redundancy_init"], float) == has_maps
+            assert run["rc_before"] != run["rc_before_init"]  # two optimizer steps moved the weights
+            kept = build_model(name, runs_folder / run["weights"])[0]
+            assert kept.num_classes == 2 and next(kept.parameters()).dtype == torch.float32
+    assert not list(runs_folder.glob("**/*.ckpt"))
+    first = {run["seed"]: run for run in summary["results"][members[0]]["runs"]}
+    assert first[0]["most_at_once"] == 1 and first[1]["most_at_once"] > 1  # alone, then beside the others
+    sharing = summary["sharing"]
+    assert sharing["epoch_s_alone"] == first[0]["epoch_seconds"] and sharing["runs_at_once"] == first[1]["most_at_once"]
+    assert sharing["aggregate_vs_alone"] == pytest.approx(
+        sharing["runs_at_once"] * first[0]["epoch_seconds"] / first[1]["epoch_seconds"], abs=1e-3
+    )
+
+
+@pytest.mark.slow
+def test_the_zoo_windows_merge_into_one_table(dry_window: Path, tmp_path: Path) -> None:
+    import zoo_table_gpu
+
+    record = _record(dry_window, DRY_JOBS[1])
+    later = json.loads(json.dumps(record))  # a second window with other seeds of the same members
+    for result in later["result"]["results"].values():
+        for run in result["runs"]:
+            run["seed"] += 10
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(later))
+    table = tmp_path / "table.md"
+    zoo_table_gpu.main(["--merge", str(dry_window / f"{DRY_JOBS[1]}.json"), str(second), "--table", str(table)])
+    merged = json.loads(table.with_suffix(".json").read_text())
+    members = sorted(record["result"]["results"])
+    for name in members:
+        assert sorted(run["seed"] for run in merged["results"][name]["runs"]) == [0, 1, 10, 11]
+    text = table.read_text()
+    assert all(f"| `{name}` |" in text for name in members) and text.count("Sharing one GPU") == 2
+
+
+@pytest.mark.slow
+def test_the_input_path_job_measures_both_paths_and_the_fed_step(dry_window: Path) -> None:
+    record = _record(dry_window, DRY_JOBS[2])
+    result = record["result"]
+    assert record["environment"]["device"] and result["folder"]["images"] == 8
+    assert result["loader_cpu_images_s"] > 0 and result["loader_device_images_s"] > 0
+    assert set(result["device_stages"]) == {
+        "bytes_images_s",
+        "decode_images_s",
+        "transform_images_s",
+        "transform_host_us_per_image",
+    }
+    assert all(rate > 0 for rate in result["device_stages"].values())
+    step = result["steps"]["crate_tiny_patch16_224"]
+    for path in ("cpu", "device"):
+        assert step[f"fed_{path}_vs_resident"] == pytest.approx(
+            step[f"fed_{path}_images_s"] / step["resident_images_s"], abs=2e-3
+        )
+
+
+@pytest.mark.slow
+def test_the_simdino_job_calibrates_trains_and_brings_back_its_run(dry_window: Path) -> None:
+    report = _record(dry_window, DRY_JOBS[3])["result"]
+    run = report["runs"]["simdino"]
+    assert set(report["runs"]) == {"simdino"} and run["exit_status"] == 0 and run["calibration"]["exit_status"] == 0
+    assert "--objective simdino fit" in run["command"] and "--trainer.limit_val_batches 0" in run["calibration_command"]
+    assert run["epochs_run"] == run["epochs_planned"] == len(run["knn_by_epoch"]) == len(run["epoch_s"]) == 1
+    assert 0 <= run["knn_by_epoch"][0] <= 1 and 0 < run["calibration"]["step_s"]
+    folder = dry_window / "artifacts" / DRY_JOBS[3]
+    assert (folder / "simdino" / "checkpoints" / "last.ckpt").is_file()
+    assert (folder / "simdino" / "config.yaml").is_file() and (folder / "simdino_train.log").is_file()
 
 
 def test_the_machine_s_limits_are_arguments_the_window_keeps_to(tmp_path: Path) -> None:

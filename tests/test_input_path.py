@@ -1,11 +1,10 @@
-"""benchmarks/input_path.py: its synthetic folder is written once and described, the queue's job runs as written, and
-each device stage is timed over its own calls."""
+"""benchmarks/input_path.py: its synthetic folder is written once and described, and each device stage is timed over
+its own calls (the GPU queue's job, run dry, is checked in ``tests/test_gpu_queue.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from input_path import write_folder
 
 
@@ -15,32 +14,6 @@ def test_the_folder_is_written_once_and_described(tmp_path: Path) -> None:
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")}
     assert write_folder(tmp_path, 6) == stats
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.jpg")} == before  # kept, not rewritten
-
-
-@pytest.mark.slow
-def test_the_queue_s_input_path_job_runs_as_written(tmp_path: Path) -> None:
-    """The GPU queue's job, dry (the CPU, tiny limits): both paths and the fed step are measured."""
-    from gpu_queue import load_queue, run_job
-
-    job = next(job for job in load_queue() if job.name == "input_path_imagenet_jpegs")
-    (tmp_path / "out").mkdir()
-    record = run_job(job, tmp_path / "work", tmp_path / "out", "unused", dry=True)
-    assert record["exit_status"] == 0, record.get("log_tail")
-    assert record["environment"]["device"] and record["result"]["folder"]["images"] == 8
-    result = record["result"]
-    assert result["loader_cpu_images_s"] > 0 and result["loader_device_images_s"] > 0
-    assert set(result["device_stages"]) == {
-        "bytes_images_s",
-        "decode_images_s",
-        "transform_images_s",
-        "transform_host_us_per_image",
-    }
-    assert all(rate > 0 for rate in result["device_stages"].values())
-    step = result["steps"]["crate_tiny_patch16_224"]
-    for path in ("cpu", "device"):
-        assert step[f"fed_{path}_vs_resident"] == pytest.approx(
-            step[f"fed_{path}_images_s"] / step["resident_images_s"], abs=2e-3
-        )
 
 
 def test_each_device_stage_is_timed_alone_over_its_own_calls(monkeypatch) -> None:

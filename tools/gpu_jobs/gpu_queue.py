@@ -2,6 +2,7 @@
 leave everything they measured in one folder that comes back from the GPU machine whole.
 
     python tools/gpu_jobs/gpu_queue.py --next --data data/cifar10 --out $OUT [--time-left 480] [--dry-run]
+    python tools/gpu_jobs/gpu_queue.py --next --jobs NAME [NAME ...] ...   # only these jobs, done or not
     python tools/gpu_jobs/gpu_queue.py --list
 
 Started by ``tools/gpu_jobs/gpu_suite.sh --next``, which installs the carried wheels and the data first. The folder
@@ -81,12 +82,17 @@ def load_queue(path: Path = QUEUE, window_s: float = 480) -> list[Job]:
     return jobs
 
 
-def next_jobs(jobs: list[Job], time_left: float, max_jobs: int) -> list[Job]:
+def next_jobs(jobs: list[Job], time_left: float, max_jobs: int, names: list[str] | None = None) -> list[Job]:
     """The pending jobs, in queue order, that fit ``time_left`` device seconds together (a job too long for what
-    is left is passed over for a shorter one behind it); at most ``max_jobs``."""
+    is left is passed over for a shorter one behind it); at most ``max_jobs``. ``names``: only these jobs, done
+    or not (to run one again, or a chosen few)."""
+    unknown = sorted(set(names or ()) - {job.name for job in jobs})
+    if unknown:
+        raise QueueError(f"the queue has no job {', '.join(unknown)} (gpu_queue.py --list names them)")
     chosen: list[Job] = []
     for job in jobs:
-        if job.done is None and job.device_s <= time_left and len(chosen) < max_jobs:
+        wanted = job.name in names if names else job.done is None
+        if wanted and job.device_s <= time_left and len(chosen) < max_jobs:
             chosen.append(job)
             time_left -= job.device_s
     return chosen
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--next", action="store_true", help="run the next pending jobs that fit --time-left")
     parser.add_argument("--list", action="store_true", help="print the queue and exit")
+    parser.add_argument("--jobs", nargs="+", default=None, help="with --next: only these jobs (by name), done or not")
     parser.add_argument("--time-left", type=float, default=480, help="device seconds this window has left")
     parser.add_argument("--window-s", type=float, default=480, help="the most device seconds one job may take")
     parser.add_argument("--max-files", type=int, default=8, help="how many files the machine sends back")
@@ -192,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--max-files {args.max_files}: a window needs 3 (a job's JSON, the archive, queue_run.json)"
             )
         jobs = load_queue(Path(args.queue), args.window_s)
+        chosen = next_jobs(jobs, args.time_left, max_jobs=args.max_files - 2, names=args.jobs)
     except QueueError as err:
         print(f"gpu_queue: error: {err}", file=sys.stderr)
         return 2
@@ -199,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(f"{job.name:<28} {job.device_s:>4} s  {'done ' + str(job.done) if job.done else 'pending'}")
         return 0
-    chosen = next_jobs(jobs, args.time_left, max_jobs=args.max_files - 2)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_queue_"))
     out.mkdir(parents=True, exist_ok=True)
     if not chosen:

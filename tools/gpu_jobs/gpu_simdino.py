@@ -77,6 +77,7 @@ def main() -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny limits, on --data")
     parser.add_argument("--data", default="data/cifar10", help="the CIFAR-10 image folder (train/, val/)")
+    parser.add_argument("--report", default=None, help="the JSON's name in --out (default simdino_<device>.json)")
     options = parser.parse_args()
     start = time.perf_counter()
     out, dry = Path(options.out), options.dry_run
@@ -86,7 +87,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="crate_gpu_simdino_"))
     result: dict[str, Any] = {"dry_run": dry, "environment": environment(), "runs": {}}
     name = "dry_run_cpu" if dry else re.sub(r"[^a-z0-9]+", "_", result["environment"]["device"].lower()).strip("_")
-    report = out / f"simdino_{name}.json"
+    report = out / (options.report or f"simdino_{name}.json")
 
     def write() -> None:
         result["wall_s"] = round(time.perf_counter() - start, 1)

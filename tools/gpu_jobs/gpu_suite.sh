@@ -9,6 +9,7 @@
 #   ... --next --window-s S --max-files N --max-file-mib M  # the lending machine's limits (default 480, 8, 16):
 #                                                           # the longest job, the files that come back, their size
 #   tools/gpu_jobs/gpu_suite.sh --next --dry-run         # the same jobs here, on the CPU with tiny limits
+#   ... --next --jobs NAME [NAME ...]                     # only the named jobs, done or not
 #
 # The GPU machine's Python has torch, torchvision, lightning, timm and torchmetrics but not jsonargparse,
 # docstring_parser or typeshed_client: `make gpu-carry` puts their wheels and the lock's timm into .whl/ and
@@ -30,7 +31,8 @@ while [ $# -gt 0 ]; do
     --next) next=1 ;;
     --time-left) time_left="$2"; shift ;;
     --window-s|--max-files|--max-file-mib) limits+=("$1" "$2"); shift ;;
-    *) echo "gpu_suite.sh: unknown argument $1 (use --next, --time-left S, --window-s S, --max-files N, --max-file-mib M, --dry-run, --out DIR or --task crate_micro|simdino)" >&2; exit 2 ;;
+    --jobs) limits+=("$1"); while [ $# -gt 1 ] && [ "${2#--}" = "$2" ]; do limits+=("$2"); shift; done ;;
+    *) echo "gpu_suite.sh: unknown argument $1 (use --next, --jobs NAME..., --time-left S, --window-s S, --max-files N, --max-file-mib M, --dry-run, --out DIR or --task crate_micro|simdino)" >&2; exit 2 ;;
   esac
   shift
 done
