@@ -133,32 +133,32 @@ report-cifar10: $(STAMP)
 # The documentation site (mkdocs-material, API reference by mkdocstrings) into site/: strict, so a broken link,
 # a page outside the navigation or a docstring griffe cannot read fails; the generated tables must be current.
 docs: $(STAMP)
-	$(PY) scripts/docs_tables.py --check
+	$(PY) -m scripts.docs_tables --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Every results table of the README and docs, rewritten from the committed CSV/JSON files.
 docs-tables: $(STAMP)
-	$(PY) scripts/docs_tables.py
+	$(PY) -m scripts.docs_tables
 
 # The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10 weight
 # file beside its random init (docs/controls_cifar10.md and .json; a few minutes).
 controls-table: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
-	$(PY) benchmarks/controls_table.py
+	$(PY) -m benchmarks.controls_table
 
 # Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager
 # and compiled, in one run (benchmarks/results/latest.json; several minutes, compilation included).
 bench: $(STAMP)
-	$(PY) benchmarks/throughput.py
+	$(PY) -m benchmarks.throughput
 
 # ZOO_TABLE_ARGS='--dataset cifar10': the CIFAR-10 table (docs/zoo_table_cifar10.md; about 6 CPU-hours on 2 cores,
 # resumable: finished runs stay in docs/zoo_table_cifar10.partial.json, commit it as it grows).
 ZOO_TABLE_ARGS ?=
 zoo-table: $(STAMP)
-	$(PY) benchmarks/zoo_table.py $(ZOO_TABLE_ARGS)
+	$(PY) -m benchmarks.zoo_table $(ZOO_TABLE_ARGS)
 
 attention-scaling: $(STAMP)
-	$(PY) benchmarks/attention_scaling.py
+	$(PY) -m benchmarks.attention_scaling
 
 # What tools/gpu_jobs/gpu_suite.sh needs on a GPU machine whose Python has torch, lightning, timm and torchmetrics
 # but not the CLI's parsers (both folders git-ignored, carried to the machine): the wheels of jsonargparse,

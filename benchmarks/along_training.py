@@ -1,7 +1,7 @@
 """The white-box figures along one run: every snapshot of ``<run>/snapshots/`` (``train.py fit --snapshots.enabled
 true``) measured on the run's own held-out images, beside the controls that let each figure fail.
 
-    .venv/bin/python benchmarks/along_training.py logs/RUN/version_0 --out docs/along_training/NAME
+    .venv/bin/python -m benchmarks.along_training logs/RUN/version_0 --out docs/along_training/NAME
 
 Per snapshot and layer, on ``--images`` validation images of the data the run held out (a class-mixed seeded
 sample; the same for every snapshot): the change of R^c across the attention step for the trained update, the
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from controls_table import EPS, controls_of
 
 import crate  # noqa: F401  (registers the zoo)
+from benchmarks.controls_table import EPS, controls_of
 from crate.interpret import load_data
 from crate.interpret.compression_table import NULL_MARGIN
 from crate.interpret.evaluate import layer_features, layerwise_curves, linear_probe, operator_geometry
@@ -311,7 +311,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "run": str(args.run),
-        "command": " ".join(["python", "benchmarks/along_training.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.along_training", *sys.argv[1:]]),
         "minutes": (time.perf_counter() - start) / 60,
         "date": time.strftime("%Y-%m-%d"),
         "figure": str(out.with_name(out.name + ".png")),

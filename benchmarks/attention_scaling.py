@@ -1,7 +1,7 @@
 """``make attention-scaling``: forward + backward time of one attention layer against the number of tokens.
 
-    .venv/bin/python benchmarks/attention_scaling.py                    # 64 ... 4096 tokens
-    .venv/bin/python benchmarks/attention_scaling.py --tokens 64 256 --repeats 3 --out /tmp/scaling
+    .venv/bin/python -m benchmarks.attention_scaling                    # 64 ... 4096 tokens
+    .venv/bin/python -m benchmarks.attention_scaling --tokens 64 256 --repeats 3 --out /tmp/scaling
 
 One layer of width d = 384 with 6 heads (CRATE-T's) on a batch of one sequence of N tokens, fp32, for:
 softmax MSSA (CRATE's attention, the reference), TSSA (ToST), CBSA (CBT: 8 x 8 representatives, the authors'
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import REPO
 from matplotlib.figure import Figure
 from timm.layers import Attention
 from torch import nn
 
+from benchmarks.common import REPO
 from crate.layers import CBSA, MSSA, TSSA, AttentionSH, LinearKernelAttention
 
 DIM, HEADS = 384, 6
@@ -125,7 +125,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figure(seconds, out / "attention_scaling.png")
-    command = " ".join(["python", "benchmarks/attention_scaling.py", *sys.argv[1:]])
+    command = " ".join(["python", "-m", "benchmarks.attention_scaling", *sys.argv[1:]])
     (out / "attention_scaling.md").write_text(markdown(seconds, command))
     results = REPO / "benchmarks" / "results" / "attention_scaling.json"
     if out == REPO / "docs":

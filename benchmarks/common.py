@@ -1,5 +1,6 @@
 """What the benchmarks share: the repository's root, the default job's config, one way to time a train.py fit
-in this process, and the record of the machine a figure was measured on."""
+in this process, one image folder of seeded pixels (the GPU jobs' dry runs and the tests use it), and the record of
+the machine a figure was measured on."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import platform
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-
-from crate.lit import cli_main
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = str(REPO / "configs" / "crate_nano_digits.yaml")
@@ -21,6 +23,8 @@ DEFAULT_CONFIG = str(REPO / "configs" / "crate_nano_digits.yaml")
 
 def fit_seconds(args: list[str]) -> tuple[float, dict[str, float]]:
     """Seconds spent in ``trainer.fit`` for the given train.py arguments, and the final logged metrics."""
+    from crate.lit import cli_main
+
     with tempfile.TemporaryDirectory() as log_root:
         quiet = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
         cli = cli_main([*args, "--log_root", log_root, *quiet], run=False)
@@ -32,6 +36,38 @@ def fit_seconds(args: list[str]) -> tuple[float, dict[str, float]]:
         if monitor is not None and monitor.enabled:
             metrics["monitor_seconds"] = monitor.seconds
     return seconds, metrics
+
+
+def write_image_folder(
+    root: Path,
+    classes: int | Sequence[str] = 2,
+    per_class: int = 6,
+    *,
+    val_per_class: int | None = None,
+    size: int | tuple[int, int] = (20, 24),
+    suffix: str = ".png",
+    gray: bool = True,
+    seed: int = 0,
+) -> Path:
+    """An image folder laid out as a user's: ``root/{train,val}/<class>/<i><suffix>`` of seeded random pixels.
+    ``classes``: a count (folders ``class_0``, ``class_1``, ...) or the class names; ``size``: a side or (height,
+    width); with ``gray`` every other image is grayscale and the rest RGB (a user's folder mixes modes), else all
+    RGB; ``val_per_class`` images a class in ``val/`` (default ``per_class``). Returns ``root``."""
+    names = [f"class_{c}" for c in range(classes)] if isinstance(classes, int) else list(classes)
+    height, width = (size, size) if isinstance(size, int) else size
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", per_class), ("val", per_class if val_per_class is None else val_per_class)):
+        for name in names:
+            folder = Path(root) / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                if gray:
+                    image = Image.fromarray(rng.integers(0, 256, size=(height, width), dtype=np.uint8), mode="L")
+                    image = image.convert("RGB") if i % 2 else image
+                else:
+                    image = Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
+                image.save(folder / f"{i}{suffix}")
+    return Path(root)
 
 
 def environment() -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """``make controls-table``: the compression controls of every shipped CIFAR-10 weight file, beside its random init.
 
-    .venv/bin/python benchmarks/controls_table.py                  # docs/controls_cifar10.md and .json
-    .venv/bin/python benchmarks/controls_table.py --tags crate_nano_patch4_32.cifar10 --images 32 --out /tmp/c.md
+    .venv/bin/python -m benchmarks.controls_table                  # docs/controls_cifar10.md and .json
+    .venv/bin/python -m benchmarks.controls_table --tags crate_nano_patch4_32.cifar10 --images 32 --out /tmp/c.md
 
 For each tag: the weights through timm (``pretrained=True``), ``--images`` validation images of the data its
 run held out (a class-mixed seeded sample, the tag's own evaluation transform; ``--data.root`` where the
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import REPO
 
 import crate  # noqa: F401  (registers the zoo)
+from benchmarks.common import REPO
 from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
 from crate.interpret.controls import compression_control_curves, initialised
@@ -203,7 +203,7 @@ def main() -> None:
         print(f"{tag}: {compression_verdict(results[tag]['trained']['official'])}", flush=True)
     minutes = (time.perf_counter() - start) / 60
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python", "benchmarks/controls_table.py", *sys.argv[1:]])
+    command = " ".join(["python", "-m", "benchmarks.controls_table", *sys.argv[1:]])
     saved = {"command": command, "minutes": minutes, "date": time.strftime("%Y-%m-%d"), "results": results}
     out.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
     out.write_text(rendered_from_json(out))

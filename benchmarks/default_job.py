@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from common import DEFAULT_CONFIG, fit_seconds
+from benchmarks.common import DEFAULT_CONFIG, fit_seconds
 
 
 def main() -> None:

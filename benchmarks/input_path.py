@@ -1,8 +1,8 @@
 """Images per second of an ImageNet-shaped folder of JPEGs through each input path, beside the training steps
 they feed: ``benchmarks/results/input_path_<device>.json``.
 
-    .venv/bin/python benchmarks/input_path.py                       # on a GPU: 1,024 images, batch 256, 16 workers
-    .venv/bin/python benchmarks/input_path.py --images 64 --batch 8 --workers 2 --batches 6 --steps 2  # a CPU
+    .venv/bin/python -m benchmarks.input_path                       # on a GPU: 1,024 images, batch 256, 16 workers
+    .venv/bin/python -m benchmarks.input_path --images 64 --batch 8 --workers 2 --batches 6 --steps 2  # a CPU
 
 In one run:
 
@@ -44,8 +44,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import environment
 from PIL import Image
+
+from benchmarks.common import environment
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 step without it, measured in one run: the two steps timed in turn, step by step (medians of 30 steps each after 5
 warm-up steps, the machine's threads).
 
-    .venv/bin/python benchmarks/layer_objective_cost.py
+    .venv/bin/python -m benchmarks.layer_objective_cost
 
 Rows: the digits' default job (crate_nano, 16 px, 1 channel, batch 64, fp32) and a CIFAR-size step (32 px, 3
 channels, batch 128) in fp32 and under bf16 autocast (the CIFAR-10 recipe's precision; the term itself stays

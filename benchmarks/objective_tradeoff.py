@@ -1,6 +1,6 @@
 """The layer-objective term's trade-off, from the along-training records of ``benchmarks/objective_tradeoff.sh``.
 
-    .venv/bin/python benchmarks/objective_tradeoff.py            # docs/objective_tradeoff.md
+    .venv/bin/python -m benchmarks.objective_tradeoff            # docs/objective_tradeoff.md
 
 One section per task whose runs were measured (the digits; the CIFAR-10 subset). Per weight: the validation
 accuracy of the last snapshot, and per layer at that snapshot whether the attention step raises R - R^c beyond
@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from along_training import layer_rows
-from common import REPO
+from benchmarks.along_training import layer_rows
+from benchmarks.common import REPO
 
 # per task: the along-training records' name stem and what the runs were
 TASKS = {

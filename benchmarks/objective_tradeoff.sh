@@ -36,5 +36,5 @@ for w in $WEIGHTS; do
       --run_name "$name" --log_root logs/objective --trainer.enable_progress_bar false "${resume[@]}"
     date > "$run/done"
   fi
-  .venv/bin/python benchmarks/along_training.py "$run" --out "docs/along_training/$name" "${measure[@]}"
+  .venv/bin/python -m benchmarks.along_training "$run" --out "docs/along_training/$name" "${measure[@]}"
 done

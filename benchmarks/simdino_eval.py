@@ -1,6 +1,6 @@
 """k-NN and linear-probe accuracy of self-supervised encoders beside their controls, on a data set's val split.
 
-    .venv/bin/python benchmarks/simdino_eval.py --encoder RUN/checkpoints/last.ckpt [--encoder RUN2/...] \
+    .venv/bin/python -m benchmarks.simdino_eval --encoder RUN/checkpoints/last.ckpt [--encoder RUN2/...] \
         --control "CRATE-MAE=MAE_RUN/checkpoints/last.ckpt"
 
 For each encoder (a SimDINO run's checkpoint, or an exported file), the same architecture at the
@@ -84,7 +84,7 @@ def main() -> None:
         results[label] = {"model": type(model).__name__, **frozen_feature_scores(model, data)}
         print(f"{label}: {results[label]}", flush=True)
     saved = {
-        "command": " ".join(["python", "benchmarks/simdino_eval.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.simdino_eval", *sys.argv[1:]]),
         "minutes": (time.perf_counter() - start) / 60,
         "date": time.strftime("%Y-%m-%d"),
         "data": data.name,

@@ -3,7 +3,7 @@ same fixed stratified split the DigitsDataModule uses (the same 360 validation i
 scikit-learn's default ``SVC()`` (C=1), and C chosen by 5-fold cross-validation on the training split
 only (choosing it on the validation images would flatter the baseline).
 
-    .venv/bin/python benchmarks/svm_baseline.py
+    .venv/bin/python -m benchmarks.svm_baseline
 """
 
 from __future__ import annotations

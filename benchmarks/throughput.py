@@ -1,7 +1,7 @@
 """Training-step and inference throughput of the zoo against a literal reference of the official layout.
 
-    make bench        # .venv/bin/python benchmarks/throughput.py
-    .venv/bin/python benchmarks/throughput.py --models crate_tiny_patch16_224 --dtypes bf16 --modes compiled
+    make bench        # .venv/bin/python -m benchmarks.throughput
+    .venv/bin/python -m benchmarks.throughput --models crate_tiny_patch16_224 --dtypes bf16 --modes compiled
 
 The reference is the independent re-implementation of the official CRATE (and CRATE-alpha) code in
 ``benchmarks/official_layouts.py``: explicit softmax attention (einsum, softmax, einsum), the three-matmul ISTA
@@ -55,16 +55,16 @@ from typing import Any
 import timm
 import torch
 import torch.nn.functional as F
-from flops import flop_counter
-from official_layouts import OfficialCRATE, OfficialCrateAlpha
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-REPO = Path(__file__).resolve().parents[1]
+import crate  # noqa: F401  (registers the zoo)
+from benchmarks.flops import flop_counter
+from benchmarks.official_layouts import OfficialCRATE, OfficialCrateAlpha
+from crate.lit.optimization import fused_kwargs
+from crate.models.convert import checkpoint_filter_fn
 
-import crate  # noqa: E402,F401  (registers the zoo)
-from crate.lit.optimization import fused_kwargs  # noqa: E402
-from crate.models.convert import checkpoint_filter_fn  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -368,11 +368,11 @@ def _measure_in_subprocess(args: argparse.Namespace, name: str, dtype: str, mode
     allocator state, thread pools and compiled-code caches, and was measured up to 20% slower."""
     with tempfile.TemporaryDirectory() as tmp:
         row_out = Path(tmp) / "row.json"
-        command = [sys.executable, __file__, "--models", name, "--dtypes", dtype, "--modes", mode]
+        command = [sys.executable, "-m", "benchmarks.throughput", "--models", name, "--dtypes", dtype, "--modes", mode]
         command += ["--steps", str(args.steps), "--repeats", str(args.repeats), "--peak-size", str(args.peak_size)]
         command += ["--device", args.device, "--row-out", str(row_out)]
         command += (["--batch", str(args.batch)] if args.batch else []) + (["--vit"] if args.vit else [])
-        proc = subprocess.run(command, check=False)
+        proc = subprocess.run(command, cwd=REPO, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"the {name} {dtype} {mode} case failed (exit {proc.returncode}); see its output above")
         return json.loads(row_out.read_text())

@@ -1,8 +1,8 @@
 """``make zoo-table``: every CPU-scale member trained on digits with one recipe and three seeds, side by side.
 
-    .venv/bin/python benchmarks/zoo_table.py                       # writes docs/zoo_table.md (and JSON)
-    .venv/bin/python benchmarks/zoo_table.py --epochs 5 --seeds 0 --members crate_nano_patch4_32 --out /tmp/t.md
-    .venv/bin/python benchmarks/zoo_table.py --dataset cifar10     # docs/zoo_table_cifar10.md (CIFAR_PROTOCOL)
+    .venv/bin/python -m benchmarks.zoo_table                       # writes docs/zoo_table.md (and JSON)
+    .venv/bin/python -m benchmarks.zoo_table --epochs 5 --seeds 0 --members crate_nano_patch4_32 --out /tmp/t.md
+    .venv/bin/python -m benchmarks.zoo_table --dataset cifar10     # docs/zoo_table_cifar10.md (CIFAR_PROTOCOL)
 
 The recipe is the default job's (``configs/crate_nano_digits.yaml``: digits at 16 px, crop augmentation,
 AdamW, EMA of the weights) with the model's ``configs/zoo/<model>.yaml`` layered over it and
@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import DEFAULT_CONFIG, REPO
-from throughput import Case, Runner
 
 import crate  # noqa: F401  (registers the zoo)
+from benchmarks.common import DEFAULT_CONFIG, REPO
+from benchmarks.throughput import Case, Runner
 from crate.data.sampling import sample_order
 from crate.interpret.compression_table import layer_verdicts
 from crate.interpret.lenses import head_redundancy, row_entropy
@@ -246,7 +246,7 @@ def has_subspace_steps(model: torch.nn.Module) -> bool:
 
 
 RERENDERED = (
-    "\n\nRe-rendered by `python benchmarks/zoo_table.py{dataset} --from-json` from the measurements saved in"
+    "\n\nRe-rendered by `python -m benchmarks.zoo_table{dataset} --from-json` from the measurements saved in"
     " `{json}` (no retraining; their trained weights were not kept). Runs measured before the matched-norm nulls and"
     " slopes of crate.metrics.controls carry at most the update negated and the heads' outputs through U_[K] (the"
     ' column once named "theory step"); their other control cells read "-", and the heads-through-U cell is "-" for'
@@ -354,7 +354,7 @@ def main() -> None:
     )
     header = (
         f"# The zoo side by side on {args.dataset}\n\n"
-        f"Written by `{' '.join(['python', 'benchmarks/zoo_table.py', *sys.argv[1:]])}` in {minutes:.1f} minutes "
+        f"Written by `{' '.join(['python', '-m', 'benchmarks.zoo_table', *sys.argv[1:]])}` in {minutes:.1f} minutes "
         f"(runs finished earlier were read back) on {torch.get_num_threads()} CPU threads "
         f"({time.strftime('%Y-%m-%d')}): {len(args.members)} models x {len(args.seeds)} seeds, {epochs} epochs "
         f"each, {recipe}. Each figure is given with its controls: (init) the same model at the initialisation "

@@ -1,7 +1,7 @@
 """``make docs-tables``: every results table of the README and the docs, written from the committed files.
 
-    .venv/bin/python scripts/docs_tables.py           # rewrite what is stale
-    .venv/bin/python scripts/docs_tables.py --check   # exit 1 naming each stale file, write nothing
+    .venv/bin/python -m scripts.docs_tables           # rewrite what is stale (from the repository's root)
+    .venv/bin/python -m scripts.docs_tables --check   # exit 1 naming each stale file, write nothing
 
 What it writes, and from what:
 - the shipped tags (README.md, docs/checkpoints.md, between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``)
@@ -9,9 +9,10 @@ What it writes, and from what:
   each tag's card (``checkpoints/<tag>.json``: parameters, epochs);
 - the shipped encoders (the same two files, ``table:shipped-encoders``) from their cards: the k-NN and probe
   accuracy ``crate.export`` measured on each file, beside the controls it scored with it;
-- the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them (``benchmarks/zoo_table.py --from-json``);
+- the zoo tables (``docs/zoo_table*.md``) from the runs saved beside them
+  (``python -m benchmarks.zoo_table --from-json``);
 - the compression controls of the shipped weights (``docs/controls_cifar10.md``) from its JSON
-  (``benchmarks/controls_table.py --from-json``);
+  (``python -m benchmarks.controls_table --from-json``);
 - the package's rooms and imports (``CONTRIBUTING.md``, ``table:architecture``) from the code
   (``scripts/architecture.py``);
 - the GPU queue (``tools/gpu_jobs/GPU_JOBS.md``, ``table:gpu-queue``) from ``tools/gpu_jobs/gpu_queue.yaml`` and the
@@ -30,9 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))  # the table scripts import their siblings
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "tools" / "gpu_jobs"))
 
 __all__ = ["REPO", "encoders_table", "main", "rendered", "shipped_rows", "tags_table"]
 
@@ -123,9 +121,8 @@ def _replace_block(text: str, name: str, body: str, path: Path) -> str:
 
 def rendered() -> dict[Path, Callable[[], str]]:
     """Each generated file and how to write it now."""
-    import controls_table
-    import gpu_queue
-    import zoo_table
+    from benchmarks import controls_table, zoo_table
+    from tools.gpu_jobs import gpu_queue
 
     rows = shipped_rows()
 
@@ -145,7 +142,7 @@ def rendered() -> dict[Path, Callable[[], str]]:
             files[table] = lambda table=table: zoo_table.rendered_from_json(table)
     controls = REPO / "docs" / "controls_cifar10.md"
     files[controls] = lambda: controls_table.rendered_from_json(controls)
-    import architecture
+    from scripts import architecture
 
     contributing = REPO / "CONTRIBUTING.md"
     files[contributing] = lambda: _replace_block(

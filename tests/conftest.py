@@ -6,7 +6,6 @@ import collections
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -16,11 +15,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from PIL import Image  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from benchmarks.common import write_image_folder  # noqa: E402,F401  (the tests' image folders)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,35 +85,3 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         self.ops[str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
-
-
-def write_image_folder(
-    root: Path,
-    classes: int | Sequence[str] = 2,
-    per_class: int = 6,
-    *,
-    val_per_class: int | None = None,
-    size: int | tuple[int, int] = (20, 24),
-    suffix: str = ".png",
-    gray: bool = True,
-    seed: int = 0,
-) -> Path:
-    """The test suite's one image folder, laid out as a user's: ``root/{train,val}/<class>/<i><suffix>`` of seeded
-    random pixels. ``classes``: a count (folders ``class_0``, ``class_1``, ...) or the class names; ``size``: a side
-    or (height, width); with ``gray`` every other image is grayscale and the rest RGB (a user's folder mixes
-    modes), else all RGB; ``val_per_class`` images a class in ``val/`` (default ``per_class``). Returns ``root``."""
-    names = [f"class_{c}" for c in range(classes)] if isinstance(classes, int) else list(classes)
-    height, width = (size, size) if isinstance(size, int) else size
-    rng = np.random.default_rng(seed)
-    for split, count in (("train", per_class), ("val", per_class if val_per_class is None else val_per_class)):
-        for name in names:
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                if gray:
-                    image = Image.fromarray(rng.integers(0, 256, size=(height, width), dtype=np.uint8), mode="L")
-                    image = image.convert("RGB") if i % 2 else image
-                else:
-                    image = Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
-                image.save(folder / f"{i}{suffix}")
-    return root

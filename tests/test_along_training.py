@@ -16,9 +16,8 @@ pytestmark = pytest.mark.slow  # a train.py run and the controls of a snapshot
 def test_snapshots_land_at_their_points_load_through_the_reader_and_measure_as_the_controls_table(
     tmp_path: Path,
 ) -> None:
-    import along_training
-    from controls_table import controls_of
-
+    from benchmarks import along_training
+    from benchmarks.controls_table import controls_of
     from crate.interpret import load_data
     from crate.models import read_checkpoint
     from crate.run import build_model, read_record, resolve_data

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from flops import FUSED_ATTENTION_OPS, flop_counter
 
+from benchmarks.flops import FUSED_ATTENTION_OPS, flop_counter
 from crate.layers import (
     TSSA,
     KernelAttention,

@@ -11,10 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import throughput
 import torch
 from conftest import write_image_folder
-from flops import flop_counter
+
+from benchmarks import throughput
+from benchmarks.flops import flop_counter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +49,7 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
     args = ["--models", "crate_nano_patch4_32", "--dtypes", "fp32,bf16", "--modes", "eager", "--steps", "1"]
     args += ["--repeats", "1", "--batch", "8", "--vit", "--out", str(out), "--timm-csv", str(tmp_path / "timm.csv")]
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "throughput.py"), *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "benchmarks.throughput", *args], cwd=REPO, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -93,7 +94,7 @@ def test_throughput_benchmark_writes_ratios_and_utilisation(tmp_path: Path) -> N
 
 
 def test_scaling_crossover_is_the_first_size_from_which_a_layer_stays_faster() -> None:
-    from attention_scaling import REFERENCE, crossover, markdown
+    from benchmarks.attention_scaling import REFERENCE, crossover, markdown
 
     seconds = {
         REFERENCE: {64: 1.0, 128: 2.0, 256: 4.0, 512: 8.0},
@@ -108,7 +109,7 @@ def test_scaling_crossover_is_the_first_size_from_which_a_layer_stays_faster() -
 
 @pytest.mark.slow
 def test_zoo_table_trains_measures_and_writes_every_column(tmp_path: Path, monkeypatch, capsys) -> None:
-    import zoo_table
+    from benchmarks import zoo_table
 
     out = tmp_path / "zoo.md"
     members = ["vit_nano_patch4_32", "crate_nano_patch4_32", "tost_nano_patch4_32"]
@@ -155,8 +156,8 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
     learning rate of 2.5e-3, 400 epochs, the policy on half of the images and a moving average of the
     weights; the ViT twin's 30 epochs without the policy); the table's runs must differ in the model alone."""
     import yaml
-    import zoo_table
 
+    from benchmarks import zoo_table
     from crate.lit import cli_main
 
     write_image_folder(tmp_path / "images", 2, per_class=1, size=32, suffix=".png", gray=False, seed=1)
@@ -187,8 +188,7 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
 
 @pytest.mark.slow
 def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path, monkeypatch) -> None:
-    import zoo_table
-
+    from benchmarks import zoo_table
     from crate.models.shipped import CIFAR10_CLASSES
 
     write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=3, size=32, suffix=".png", gray=False, seed=1)
@@ -207,8 +207,7 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     """Two shipped CIFAR-10 tags on a small stand-in folder: every direction per layer, the subspace steps
     only for CRATE, the random init differs from the trained weights, and the file renders again from its
     JSON to the same text."""
-    import controls_table
-
+    from benchmarks import controls_table
     from crate.models.shipped import CIFAR10_CLASSES
 
     write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import timm
 import torch
-from official_layouts import OfficialCRATE, OfficialCrateAlpha, perturb_
 from safetensors.torch import save_file
 
 import crate  # noqa: F401
+from benchmarks.official_layouts import OfficialCRATE, OfficialCrateAlpha, perturb_
 from crate.models import CheckpointError
 
 

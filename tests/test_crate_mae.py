@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import timm
 import torch
-from official_layouts import perturb_
 from reference_crate_mae import ReleasedCrateMAE, mae_sincos_table
 from test_layers import mssa_literal
 
 import crate  # noqa: F401
+from benchmarks.official_layouts import perturb_
 from crate.models import CheckpointError, CrateMAE, CrateMAEDecoderBlock
 from crate.models.crate_mae import sincos_pos_embed
 

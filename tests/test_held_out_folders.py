@@ -6,10 +6,11 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-import held_out_folders
 import numpy as np
 import pytest
 from PIL import Image
+
+from benchmarks import held_out_folders
 
 
 def _written(root: Path) -> dict[int, tuple[str, str, np.ndarray]]:

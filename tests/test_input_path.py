@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from input_path import write_folder
+from benchmarks.input_path import write_folder
 
 
 def test_the_folder_is_written_once_and_described(tmp_path: Path) -> None:
@@ -22,10 +22,10 @@ def test_each_device_stage_is_timed_alone_over_its_own_calls(monkeypatch) -> Non
     over their seconds, computed here from the stand-in's costs, its first call left out."""
     import dataclasses
 
-    import input_path
     import torch
 
     import crate.data
+    from benchmarks import input_path
 
     clock = {"now": 0.0}
     called: set[str] = set()

@@ -9,9 +9,9 @@ import pytest
 import timm
 import torch
 from hub_cache import serve_offline
-from official_layouts import OfficialCrateAlpha, perturb_
 
 import crate  # noqa: F401
+from benchmarks.official_layouts import OfficialCrateAlpha, perturb_
 from crate.models import CheckpointError
 
 HUB = "UCSC-VLAA/CRATE-alpha"
@@ -90,7 +90,7 @@ def test_a_bad_or_absent_released_file_is_one_clear_error(tmp_path: Path, monkey
 
 
 def test_the_authors_demo_crate_loads_from_its_file(tmp_path: Path) -> None:
-    from official_layouts import OfficialCRATE
+    from benchmarks.official_layouts import OfficialCRATE
 
     # the demo file: {'model': ...} of the official CRATE with 6 heads of 128 at width 768, patch 8, an
     # mlp_head of LayerNorm + Linear(768, 768), and a head Linear(768, 21842) that its forward never calls
@@ -120,9 +120,10 @@ def _released_file(kind: str, path: Path) -> tuple[str, dict]:
     """A file of one released format at a small size, and the ``timm.create_model`` kwargs that fit it."""
     import argparse
 
-    from official_layouts import OfficialCRATE
     from reference_crate_mae import ReleasedCrateMAE
     from reference_tost import ReferenceToST
+
+    from benchmarks.official_layouts import OfficialCRATE
 
     torch.manual_seed(0)
     if kind == "crate demo":  # {'model': ...} of the official layout, plus the head its forward never calls

@@ -8,10 +8,10 @@ import pytest
 import timm
 import timm.optim
 import torch
-from official_layouts import perturb_
 from reference_tost import ReferenceToST
 
 import crate  # noqa: F401
+from benchmarks.official_layouts import perturb_
 from crate.models import CheckpointError
 
 

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import environment
 from gpu_suite import _run
+
+from benchmarks.common import environment
 
 OBJECTIVES = {
     # objective: (pretrain.py arguments before the subcommand, its config, the learning rate at batch 512)

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import environment
+
+from benchmarks.common import environment
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "crate_micro_patch4_32"

@@ -46,25 +46,11 @@ if [ -d .whl ] && [ ${#dry[@]} -eq 0 ]; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-# the repository, the benchmarks the jobs reuse (zoo_table, simdino_eval) and the runner's own modules
-export PYTHONPATH="$PWD:$PWD/benchmarks:$PWD/tools/gpu_jobs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# the repository (crate and the benchmarks package the jobs reuse) and the runner's own modules
+export PYTHONPATH="$PWD:$PWD/tools/gpu_jobs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ ${#dry[@]} -gt 0 ]; then
   data="$out/images"  # a tiny image folder in CIFAR-10's layout
-  "$python" - "$data" <<'PY'
-import sys
-from pathlib import Path
-
-import numpy as np
-from PIL import Image
-
-rng = np.random.default_rng(0)
-for split, n in (("train", 24), ("val", 8)):
-    for label in ("cat", "dog"):
-        folder = Path(sys.argv[1], split, label)
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-PY
+  "$python" -c "import sys; from benchmarks.common import write_image_folder as w; w(sys.argv[1], ('cat', 'dog'), 24, val_per_class=8, size=32, gray=False)" "$data"
 else
   data=data/cifar10
   if [ ! -d "$data/train" ]; then

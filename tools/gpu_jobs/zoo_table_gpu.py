@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import environment
 from gpu_suite import logged_epochs, median_after_compilation
 from safetensors.torch import save_file
-from zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread_line, table
 
+from benchmarks.common import environment
+from benchmarks.zoo_table import MEMBERS, PROBE_IMAGES, has_subspace_steps, measure, spread_line, table
 from crate.data.sampling import sample_order
 from crate.lit import cli_main
 from crate.models import create_classifier
