@@ -1,6 +1,6 @@
 """What the benchmarks share: the repository's root, the default job's config, one way to time a train.py fit
-in this process, one image folder of seeded pixels (the GPU jobs' dry runs and the tests use it), and the record of
-the machine a figure was measured on."""
+in this process, one bare training step, one image folder of seeded pixels (the GPU jobs' dry runs and the tests
+use it), and the record of the machine a figure was measured on."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import platform
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,32 @@ def fit_seconds(args: list[str]) -> tuple[float, dict[str, float]]:
         if monitor is not None and monitor.enabled:
             metrics["monitor_seconds"] = monitor.seconds
     return seconds, metrics
+
+
+def training_step(
+    model_name: str, num_classes: int, device: torch.device, compile_mode: str | None = None
+) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """One bare optimiser step of ``model_name`` as a function of a batch: AdamW (fused on a GPU), label-smoothed
+    cross-entropy, bf16 autocast on a GPU, ``torch.compile`` with ``compile_mode`` where one is given; no data
+    loading, logging or callbacks (what a training loop adds is measured against it)."""
+    import timm
+
+    import crate  # noqa: F401  (registers the zoo with timm)
+
+    torch.manual_seed(0)
+    model = timm.create_model(model_name, num_classes=num_classes).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=device.type == "cuda")
+    forward = torch.compile(model, mode=compile_mode) if compile_mode else model
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = criterion(forward(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
 def write_image_folder(

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmarks.common import environment
+from benchmarks.common import environment, training_step
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -196,28 +196,6 @@ def device_stages(data: Any, device: torch.device, batches: int) -> dict[str, fl
     return {key: round(value, 1) for key, value in rates.items()}
 
 
-def training_step(model_name: str, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """One optimiser step of ``model_name`` (compiled and bf16 on a GPU) as a function of a batch."""
-    import timm
-
-    import crate  # noqa: F401  (registers the zoo with timm)
-
-    torch.manual_seed(0)
-    model = timm.create_model(model_name, num_classes=1000).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=device.type == "cuda")
-    forward = torch.compile(model) if device.type == "cuda" else model
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
-
-    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = criterion(forward(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
 def step_rates(step: Callable, data: dict[str, Any], batch: int, steps: int, device: torch.device) -> dict[str, float]:
     """Images/s of the step on a resident batch and fed by each input path."""
     images = torch.randn(batch, 3, 224, 224, device=device)
@@ -290,7 +268,7 @@ def main() -> None:
     print(f"device path by stage: {result['device_stages']} images/s", flush=True)
     result["steps"] = {}
     for model_name in args.models.split(","):
-        step = training_step(model_name, device)
+        step = training_step(model_name, 1000, device, "default" if device.type == "cuda" else None)
         result["steps"][model_name] = step_rates(step, data, args.batch, args.steps, device)
         print(model_name, result["steps"][model_name], flush=True)
     tag = (

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import environment
+from benchmarks.common import environment, training_step
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "crate_micro_patch4_32"
@@ -63,35 +63,18 @@ def recipe(member: str, extra: list[str]) -> list[str]:
 def bare_step_ms(
     batch: int, steps: int, compile_mode: str | None, device: torch.device, model_name: str = MODEL
 ) -> float:
-    """Median ms of a training step of the recipe's model on one resident batch."""
-    import timm
-
-    import crate  # noqa: F401
-
-    torch.manual_seed(0)
-    model = timm.create_model(model_name, num_classes=10).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=True)
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    """Median ms of a training step of the recipe's model on one resident batch (benchmarks.common's bare step)."""
+    step = training_step(model_name, 10, device, compile_mode)
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
-    forward = torch.compile(model, mode=compile_mode) if compile_mode else model
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-
-    def step() -> None:
-        with torch.autocast(device.type, dtype=dtype, enabled=device.type == "cuda"):
-            loss = criterion(forward(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
     for _ in range(5):  # compilation and CUDA-graph recording
-        step()
+        step(images, labels)
     times = []
     for _ in range(steps):
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        step()
+        step(images, labels)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
