@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import shlex
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_suite import _run
+from gpu_suite import _run, logged_epochs
 
 from benchmarks.common import environment
 
@@ -44,11 +43,6 @@ OBJECTIVES = {
 GPU_LAYER = "configs/simdino/gpu.yaml"
 CALIBRATION_STEPS = 20
 VALIDATION_S = 3.0  # a SimDINO validation (5,000 images and a 10,000-image k-NN bank) on one GPU, allowed for
-
-
-def _metrics(run: Path) -> list[dict[str, str]]:
-    path = run / "metrics.csv"
-    return list(csv.DictReader(path.open())) if path.is_file() else []
 
 
 def _command(objective: str, data: str, log_root: Path, dry: bool) -> list[str]:
@@ -108,8 +102,8 @@ def main() -> None:
         calibrate += ["--trainer.limit_val_batches", "0", "--run_name", f"calibrate_{objective}"]  # training alone
         status = _run(calibrate, work / f"{objective}_calibration.log", timeout=120)
         calibrated = next(iter((work / objective).glob("calibrate_*/version_*")), work)
-        rows = [r for r in _metrics(calibrated) if r.get("time/epoch_s")]
-        step_s = float(rows[-1]["time/epoch_s"]) / CALIBRATION_STEPS if rows else 1.0
+        timed = [e for e in logged_epochs(calibrated / "metrics.csv") if "epoch_s" in e]
+        step_s = timed[-1]["epoch_s"] / CALIBRATION_STEPS if timed else 1.0
         left = (options.budget_s - (time.perf_counter() - start) - 20.0) / (len(options.objectives) - index)
         epochs = 1 if dry else max(1, min(400, int((left - 25.0) / (1.1 * step_s * steps_per_epoch + VALIDATION_S))))
         run = base + ["--trainer.max_epochs", str(epochs)]
@@ -128,10 +122,10 @@ def main() -> None:
         }
         runs = sorted((work / objective).glob(f"{'simdino_' if objective == 'simdino' else 'crate_mae_'}*/version_*"))
         if runs:
-            rows = _metrics(runs[-1])
-            entry["epochs_run"] = len({r["epoch"] for r in rows if r.get("time/epoch_s")})
-            entry["knn_by_epoch"] = [float(r["val/knn_acc"]) for r in rows if r.get("val/knn_acc")]
-            entry["epoch_s"] = [round(float(r["time/epoch_s"]), 2) for r in rows if r.get("time/epoch_s")]
+            epochs = logged_epochs(runs[-1] / "metrics.csv")
+            entry["epochs_run"] = len([e for e in epochs if "epoch_s" in e])
+            entry["knn_by_epoch"] = [e["knn_acc"] for e in epochs if "knn_acc" in e]
+            entry["epoch_s"] = [round(e["epoch_s"], 2) for e in epochs if "epoch_s" in e]
             last = runs[-1] / "checkpoints" / "last.ckpt"
             if last.exists():
                 (out / objective / "checkpoints").mkdir(parents=True, exist_ok=True)

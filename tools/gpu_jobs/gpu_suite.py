@@ -97,14 +97,18 @@ _LOGGED = {
     "time/elapsed_s": "elapsed_s",
     "val/acc": "val_acc",
     "train/acc": "train_acc",
+    "val/knn_acc": "knn_acc",  # self-distillation's k-NN accuracy
 }
 TIME_TO_ACCURACY = (0.70, 0.80, 0.85, 0.90)  # the val accuracies whose first time a run reports
 
 
 def logged_epochs(metrics_csv: Path) -> list[dict[str, float]]:
     """Per epoch: its time (time/epoch_s, validation included), its validation's time (time/val_s), the fit's
-    wall time at its validation (time/elapsed_s), val and train accuracy, from the run's CSV log."""
+    wall time at its validation (time/elapsed_s), val and train accuracy (or k-NN accuracy), from the run's CSV
+    log; none where the run wrote no log."""
     by_epoch: dict[int, dict[str, float]] = {}
+    if not metrics_csv.is_file():
+        return []
     with metrics_csv.open() as handle:
         for row in csv.DictReader(handle):
             if not row.get("epoch"):
@@ -182,7 +186,7 @@ def main() -> None:
         result["train"]["log_tail"] = (out / "train.log").read_text()[-3000:]
     if runs:
         run = runs[-1]
-        epochs = logged_epochs(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
+        epochs = logged_epochs(run / "metrics.csv")
         result["epochs"] = epochs
         for key in ("epoch_s", "val_s"):
             typical = median_after_compilation(epochs, key)
