@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from crate.errors import innermost_refusal, one_line
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.run.resume_check import check_evaluation_data, check_resume_data
 
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
@@ -34,7 +35,6 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
-from .resume_check import check_evaluation_data, check_resume_data
 from .run_record import PROGRAMS, module_kind
 from .run_summary import RunSummary
 from .snapshots import WeightSnapshots

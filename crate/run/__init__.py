@@ -1,6 +1,8 @@
 """One room for a run: what a checkpoint of ``train.py`` or ``pretrain.py`` is (:class:`Run`: its kind, its model,
 its recipe, its held-out data, its label names), read once, for export, the white-box report, the results table
-and the benchmarks alike."""
+and the benchmarks alike. Here too: what a file records of its run and under which keys (``record``), the checks
+that a resume or an evaluation gets the data the run was trained on (``resume_check``), and the split the run held
+out (``held_out``)."""
 
 from .held_out import (
     datamodule_from_config,

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from crate.models import Checkpoint, CheckpointError
-from crate.run.held_out import shown_classes
-from crate.run.record import read_record
+
+from .held_out import shown_classes
+from .record import read_record
 
 __all__ = ["check_evaluation_data", "check_resume_data", "data_changes"]
 
