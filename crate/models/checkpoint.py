@@ -51,8 +51,6 @@ __all__ = [
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
 # the class names in label order (a Lightning checkpoint's entry, an export's safetensors metadata)
 LABEL_NAMES_KEY = "label_names"
-# where Lightning checkpoints written before the names had their own entry kept them: the run's data identity
-_LEGACY_CLASSES = ("data_identity", "classes")
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 _NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
@@ -166,8 +164,10 @@ def _lightning_hparams(loaded: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture a Lightning checkpoint's module was built with, and its class names."""
     hyper = loaded["hyper_parameters"]
     hparams = {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
-    legacy = loaded.get(_LEGACY_CLASSES[0])
-    names = loaded.get(LABEL_NAMES_KEY) or (legacy.get(_LEGACY_CLASSES[1]) if isinstance(legacy, Mapping) else None)
+    names = loaded.get(LABEL_NAMES_KEY)
+    identity = loaded.get("data_identity")  # files written before the names had their own entry kept them here
+    if not names and isinstance(identity, Mapping):
+        names = identity.get("classes")
     return {**hparams, "label_names": list(names)} if names else hparams
 
 
