@@ -73,6 +73,16 @@ def test_validation_of_one_checkpoint_is_the_same_on_one_and_two_processes(runs:
         assert float(values["one"][key]) == pytest.approx(float(values["two"][key]), rel=1e-9), key
 
 
+def test_a_clean_ddp_run_closes_its_process_group_before_exit(tmp_path, monkeypatch) -> None:
+    # left open, gloo's threads can outlive the interpreter and abort a finished run with status -6
+    closed, destroy = [], torch.distributed.destroy_process_group
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: closed.append(destroy()))
+    ddp_of_one = ["--trainer.strategy", "ddp", "--trainer.devices", "1", "--trainer.max_epochs", "1"]
+    _ok(run_in_process("fit", "--config", DEFAULT, *QUIET, *ddp_of_one, "--log_root", str(tmp_path)))
+    assert len(closed) == 1  # a group was made (it is closed only where one is open), and closed once
+    assert not torch.distributed.is_initialized()
+
+
 @pytest.mark.parametrize("preset", ["cpu", "cpu_ddp", "gpu_ddp", "gpu_fsdp", "bf16"])
 def test_trainer_presets_parse(preset: str) -> None:
     proc = run_in_process(  # parsing alone: no process of its own needed

@@ -386,7 +386,7 @@ def cli_main(
     quiet_known_noise()
     program = "pretrain.py" if model_class is not ImageClassifier else "train.py"
     try:
-        return CrateCLI(
+        cli = CrateCLI(
             model_class,
             ImageDataModule,
             subclass_mode_data=True,
@@ -418,3 +418,14 @@ def cli_main(
     except BaseException:
         _remove_if_empty(CrateCLI.run_dir)
         raise
+    _close_process_group()
+    return cli
+
+
+def _close_process_group() -> None:
+    """After a clean run of several processes, close their process group before the interpreter exits: left
+    to the interpreter's own teardown, gloo's worker threads can outlive it and abort the process (status -6,
+    "terminate called without an active exception") after everything was written. Only on success: a rank
+    that failed may leave its peers inside a collective, where closing would wait for them forever."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
