@@ -8,9 +8,11 @@
 # both at once; crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started. logs/ stays on one machine, so its run
-# folder is kept in the repository between sessions: `benchmarks/tokenizer_trials.sh keep` (after stopping it with
-# SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and its logs into
-# benchmarks/results/cpu_runs/crate_cct_full/, and the next start restores them into logs/ when logs/ has none.
+# folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep` (after
+# stopping it with SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and
+# its logs into benchmarks/results/cpu_runs/crate_cct_full/, and the next start restores them into logs/ when
+# logs/ has none. Once the run has finished, `keep` keeps its logs and its done mark only (its weights ship as
+# checkpoints/crate_cct4_3x2_32.cifar10.safetensors), and a start says it is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
@@ -20,6 +22,10 @@ if [ "${1:-}" = keep ]; then
   [ -f "$dir/checkpoints/last.ckpt" ] || { echo "no run to keep in $dir" >&2; exit 2; }
   rm -rf "$KEPT/crate_cct_full"; mkdir -p "$KEPT/crate_cct_full/checkpoints"
   cp "$dir"/config.yaml "$dir"/hparams.yaml "$dir"/metrics.csv "$dir"/events.out.tfevents.* "$KEPT/crate_cct_full/"
+  if [ -f "$dir/done" ]; then  # finished: its records and the mark that it is done; no checkpoint to resume from
+    cp "$dir/done" "$KEPT/crate_cct_full/"; rmdir "$KEPT/crate_cct_full/checkpoints"
+    echo "kept the finished run's $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows"; exit 0
+  fi
   cp -P "$dir"/checkpoints/last.ckpt "$KEPT/crate_cct_full/checkpoints/"  # the link, and the files below
   cp "$(readlink -f "$dir/checkpoints/last.ckpt")" "$dir"/checkpoints/best-*.ckpt "$KEPT/crate_cct_full/checkpoints/"
   echo "kept $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows and $(ls "$KEPT/crate_cct_full/checkpoints")"
