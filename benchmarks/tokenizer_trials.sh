@@ -20,12 +20,13 @@ KEPT=benchmarks/results/cpu_runs
 if [ "${1:-}" = keep ]; then
   dir=logs/trials/crate_cct_full/version_0
   [ -f "$dir/checkpoints/last.ckpt" ] || { echo "no run to keep in $dir" >&2; exit 2; }
-  rm -rf "$KEPT/crate_cct_full"; mkdir -p "$KEPT/crate_cct_full/checkpoints"
+  rm -rf "$KEPT/crate_cct_full"; mkdir -p "$KEPT/crate_cct_full"
   cp "$dir"/config.yaml "$dir"/hparams.yaml "$dir"/metrics.csv "$dir"/events.out.tfevents.* "$KEPT/crate_cct_full/"
   if [ -f "$dir/done" ]; then  # finished: its records and the mark that it is done; no checkpoint to resume from
-    cp "$dir/done" "$KEPT/crate_cct_full/"; rmdir "$KEPT/crate_cct_full/checkpoints"
+    cp "$dir/done" "$KEPT/crate_cct_full/"
     echo "kept the finished run's $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows"; exit 0
   fi
+  mkdir "$KEPT/crate_cct_full/checkpoints"
   cp -P "$dir"/checkpoints/last.ckpt "$KEPT/crate_cct_full/checkpoints/"  # the link, and the files below
   cp "$(readlink -f "$dir/checkpoints/last.ckpt")" "$dir"/checkpoints/best-*.ckpt "$KEPT/crate_cct_full/checkpoints/"
   echo "kept $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows and $(ls "$KEPT/crate_cct_full/checkpoints")"
