@@ -59,6 +59,9 @@ def run_in_process(*args: str, program: str = "train.py") -> subprocess.Complete
         model_class, args = OBJECTIVES[objective], tuple(rest)
     out, err = io.StringIO(), io.StringIO()
     code = 0
+    # what the run sets in its environment dies with a process; here it must not reach later tests' processes
+    # (a LOCAL_RANK left by a DDP run makes Lightning take the next two-process run as launched already)
+    environment = dict(os.environ)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             cli_main(list(args), **({"model_class": model_class} if model_class else {}))
@@ -67,6 +70,9 @@ def run_in_process(*args: str, program: str = "train.py") -> subprocess.Complete
         except Exception:  # what an uncaught error does to a process: a traceback and status 1
             err.write(traceback.format_exc())
             code = 1
+        finally:
+            os.environ.clear()
+            os.environ.update(environment)
     return subprocess.CompletedProcess([program, *args], code, out.getvalue(), err.getvalue())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,7 @@ def test_a_clean_ddp_run_closes_its_process_group_before_exit(tmp_path, monkeypa
     _ok(run_in_process("fit", "--config", DEFAULT, *QUIET, *ddp_of_one, "--log_root", str(tmp_path)))
     assert len(closed) == 1  # a group was made (it is closed only where one is open), and closed once
     assert not torch.distributed.is_initialized()
+    assert "LOCAL_RANK" not in os.environ  # the run's rank stays with it: a later two-process run launches its own
 
 
 @pytest.mark.parametrize("preset", ["cpu", "cpu_ddp", "gpu_ddp", "gpu_fsdp", "bf16"])
