@@ -5,7 +5,8 @@
 # thread each. Each run resumes from its last checkpoint when started again. Results: logs/trials/<name>/.
 # TRIALS picks them (default: the four tokenizer trials); crate_cct_lr2e3 and crate_cct_no_policy try two recipe
 # parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy); crate_cct_lr2e3_no_policy
-# both at once; crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
+# both at once; crate_cct_lr2e3_wd002 and crate_cct_lr2e3_wd01 weight decay 0.02 and 0.1 at lr 2e-3;
+# crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started. logs/ stays on one machine, so its run
 # folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep` (after
@@ -57,6 +58,11 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
       --data.init_args.augmentation.policy_prob 0.0 ;;
     crate_cct_lr2e3_no_policy) run crate_cct_lr2e3_no_policy --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
       --data.init_args.augmentation.policy_prob 0.0 ;;
+    # weight decay around the recipe's 0.05 at the learning rate that paid (CCT's own recipes use 0.06 and 0.03)
+    crate_cct_lr2e3_wd002) run crate_cct_lr2e3_wd002 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
+      --model.weight_decay 0.02 ;;
+    crate_cct_lr2e3_wd01) run crate_cct_lr2e3_wd01 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
+      --model.weight_decay 0.1 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
     crate_alpha_cct) run crate_alpha_cct --model.model_name crate_alpha_cct4_3x2_32 ;;
     cbt_cct) run cbt_cct --model.model_name cbt_cct4_3x2_32 ;;
