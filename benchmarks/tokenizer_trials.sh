@@ -6,31 +6,34 @@
 # TRIALS picks them (default: the four tokenizer trials); crate_cct_lr2e3 and crate_cct_no_policy try two recipe
 # parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy); crate_cct_lr2e3_no_policy
 # both at once; crate_cct_lr2e3_wd002 and crate_cct_lr2e3_wd01 weight decay 0.02 and 0.1 at lr 2e-3;
+# crate_cct_lr3e3 and crate_cct_lr4e3 learning rates above 2e-3;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started. logs/ stays on one machine, so its run
-# folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep` (after
+# folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep [NAME]` (after
 # stopping it with SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and
-# its logs into benchmarks/results/cpu_runs/crate_cct_full/, and the next start restores them into logs/ when
-# logs/ has none. Once the run has finished, `keep` keeps its logs and its done mark only (its weights ship as
-# checkpoints/crate_cct4_3x2_32.cifar10.safetensors), and a start says it is done.
+# its logs into benchmarks/results/cpu_runs/NAME/ (NAME: crate_cct_full unless given), and the next start
+# restores them into logs/ when logs/ has none. Once a run has finished, `keep` keeps its logs and its done mark
+# only (crate_cct_full's weights ship as checkpoints/crate_cct4_3x2_32.cifar10.safetensors), and a start says it
+# is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
 KEPT=benchmarks/results/cpu_runs
 if [ "${1:-}" = keep ]; then
-  dir=logs/trials/crate_cct_full/version_0
+  name=${2:-crate_cct_full}
+  dir=logs/trials/$name/version_0
   [ -f "$dir/checkpoints/last.ckpt" ] || { echo "no run to keep in $dir" >&2; exit 2; }
-  rm -rf "$KEPT/crate_cct_full"; mkdir -p "$KEPT/crate_cct_full"
-  cp "$dir"/config.yaml "$dir"/hparams.yaml "$dir"/metrics.csv "$dir"/events.out.tfevents.* "$KEPT/crate_cct_full/"
+  rm -rf "${KEPT:?}/$name"; mkdir -p "$KEPT/$name"
+  cp "$dir"/config.yaml "$dir"/hparams.yaml "$dir"/metrics.csv "$dir"/events.out.tfevents.* "$KEPT/$name/"
   if [ -f "$dir/done" ]; then  # finished: its records and the mark that it is done; no checkpoint to resume from
-    cp "$dir/done" "$KEPT/crate_cct_full/"
+    cp "$dir/done" "$KEPT/$name/"
     echo "kept the finished run's $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows"; exit 0
   fi
-  mkdir "$KEPT/crate_cct_full/checkpoints"
-  cp -P "$dir"/checkpoints/last.ckpt "$KEPT/crate_cct_full/checkpoints/"  # the link, and the files below
-  cp "$(readlink -f "$dir/checkpoints/last.ckpt")" "$dir"/checkpoints/best-*.ckpt "$KEPT/crate_cct_full/checkpoints/"
-  echo "kept $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows and $(ls "$KEPT/crate_cct_full/checkpoints")"
+  mkdir "$KEPT/$name/checkpoints"
+  cp -P "$dir"/checkpoints/last.ckpt "$KEPT/$name/checkpoints/"  # the link, and the files below
+  cp "$(readlink -f "$dir/checkpoints/last.ckpt")" "$dir"/checkpoints/best-*.ckpt "$KEPT/$name/checkpoints/"
+  echo "kept $(tail -n +2 "$dir/metrics.csv" | grep -c . || true) logged rows and $(ls "$KEPT/$name/checkpoints")"
   exit 0
 fi
 run() {
@@ -63,6 +66,9 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
       --model.weight_decay 0.02 ;;
     crate_cct_lr2e3_wd01) run crate_cct_lr2e3_wd01 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
       --model.weight_decay 0.1 ;;
+    # learning rates above the 2e-3 that paid (crate_cct_lr2e3 was still rising at its end)
+    crate_cct_lr3e3) run crate_cct_lr3e3 --model.model_name crate_cct4_3x2_32 --model.lr 3e-3 ;;
+    crate_cct_lr4e3) run crate_cct_lr4e3 --model.model_name crate_cct4_3x2_32 --model.lr 4e-3 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
     crate_alpha_cct) run crate_alpha_cct --model.model_name crate_alpha_cct4_3x2_32 ;;
     cbt_cct) run cbt_cct --model.model_name cbt_cct4_3x2_32 ;;
