@@ -139,7 +139,7 @@ def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
     names = timm.models.get_pretrained_cfg(tag).label_names
     if not card.get("label_names") and names:  # files exported before the cards named their classes
         card["label_names"] = list(names)
-    card["test_accuracy"] = row["top1"] / 100
+    card["test_accuracy"] = round(row["top1"] / 100, 5)  # the row's 3 decimals of a percent, without float noise
     card["test_images"] = row["images"]
     card_path.write_text(json.dumps(card, indent=2) + "\n")
     card_path.with_suffix(".md").write_text(card_markdown(card))

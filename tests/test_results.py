@@ -13,7 +13,7 @@ import torch
 
 import crate  # noqa: F401
 from crate.data.digits import load_digits_tensors
-from crate.results import COLUMNS, main, shipped_tags
+from crate.results import COLUMNS, main, record_on_card, shipped_tags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,3 +138,15 @@ def test_the_test_split_is_scored_through_timm_and_written_on_the_card(tmp_path:
     assert f"**{expected:.4f}** on 20 images" in (cards / f"{tag}.md").read_text()
     with pytest.raises(SystemExit):  # no test folder there: one line, exit 2
         main(["--tags", tag, "--split", "test", "--data-root", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path)])
+
+
+def test_the_card_holds_the_test_top1_as_the_fraction_the_row_prints(tmp_path: Path) -> None:
+    """72.94 / 100 is 0.7293999999999999 in floating point; the card writes the row's figure, 0.7294."""
+    tag = "crate_nano_patch4_32.cifar10"
+    source = Path(timm.models.get_pretrained_cfg(tag).file)
+    for suffix in (".json", ".md"):
+        (tmp_path / f"{tag}{suffix}").write_bytes(source.with_suffix(suffix).read_bytes())
+    record_on_card(tag, {"top1": 72.94, "images": 10_000}, tmp_path)
+    text = (tmp_path / f"{tag}.json").read_text()
+    assert '"test_accuracy": 0.7294,' in text and json.loads(text)["test_images"] == 10_000
+    assert "**0.7294** on 10,000 images" in (tmp_path / f"{tag}.md").read_text()
