@@ -47,39 +47,33 @@ run() {
     --trainer.max_epochs "$EPOCHS" --log_root logs/trials --run_name "$name" "$@" "${resume[@]}"
   date > "$dir/done"
 }
+cct() { run "$trial" --model.model_name crate_cct4_3x2_32 "$@"; }  # crate_cct4_3x2_32 with the settings given
 for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
   case $trial in
-    crate_cct) run crate_cct --model.model_name crate_cct4_3x2_32 ;;
-    crate_patch) run crate_patch --model.model_name crate_nano_patch4_32 \
+    crate_cct) cct ;;
+    crate_patch) run "$trial" --model.model_name crate_nano_patch4_32 \
       --model.model_kwargs '{embed_dim: 128, depth: 9, num_heads: 2}' ;;
-    vit_cct) run vit_cct --model.model_name vit_cct4_3x2_32 ;;
-    vit_patch) run vit_patch --model.model_name vit_nano_patch4_32 \
+    vit_cct) run "$trial" --model.model_name vit_cct4_3x2_32 ;;
+    vit_patch) run "$trial" --model.model_name vit_nano_patch4_32 \
       --model.model_kwargs '{embed_dim: 136, depth: 4, num_heads: 2, mlp_ratio: 1.0, qkv_bias: false}' ;;
     # recipe parts for the tokenizer member (all four above underfit: train accuracy on augmented batches below val)
-    crate_cct_lr2e3) run crate_cct_lr2e3 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 ;;
-    crate_cct_no_policy) run crate_cct_no_policy --model.model_name crate_cct4_3x2_32 \
-      --data.init_args.augmentation.policy_prob 0.0 ;;
-    crate_cct_lr2e3_no_policy) run crate_cct_lr2e3_no_policy --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
-      --data.init_args.augmentation.policy_prob 0.0 ;;
+    crate_cct_lr2e3) cct --model.lr 2e-3 ;;
+    crate_cct_no_policy) cct --data.init_args.augmentation.policy_prob 0.0 ;;
+    crate_cct_lr2e3_no_policy) cct --model.lr 2e-3 --data.init_args.augmentation.policy_prob 0.0 ;;
     # weight decay around the recipe's 0.05 at the learning rate that paid (CCT's own recipes use 0.06 and 0.03)
-    crate_cct_lr2e3_wd002) run crate_cct_lr2e3_wd002 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
-      --model.weight_decay 0.02 ;;
-    crate_cct_lr2e3_wd01) run crate_cct_lr2e3_wd01 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
-      --model.weight_decay 0.1 ;;
+    crate_cct_lr2e3_wd002) cct --model.lr 2e-3 --model.weight_decay 0.02 ;;
+    crate_cct_lr2e3_wd01) cct --model.lr 2e-3 --model.weight_decay 0.1 ;;
     # learning rates above the 2e-3 that paid (crate_cct_lr2e3 was still rising at its end)
-    crate_cct_lr3e3) run crate_cct_lr3e3 --model.model_name crate_cct4_3x2_32 --model.lr 3e-3 ;;
-    crate_cct_lr4e3) run crate_cct_lr4e3 --model.model_name crate_cct4_3x2_32 --model.lr 4e-3 ;;
+    crate_cct_lr3e3) cct --model.lr 3e-3 ;;
+    crate_cct_lr4e3) cct --model.lr 4e-3 ;;
     # a second seed (weights, order and augmentation) of 2e-3 and 3e-3: how far two runs of one recipe differ
-    crate_cct_lr2e3_seed1) run crate_cct_lr2e3_seed1 --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
-      --seed_everything 1 --data.init_args.seed 1 ;;
-    crate_cct_lr3e3_seed1) run crate_cct_lr3e3_seed1 --model.model_name crate_cct4_3x2_32 --model.lr 3e-3 \
-      --seed_everything 1 --data.init_args.seed 1 ;;
+    crate_cct_lr2e3_seed1) cct --model.lr 2e-3 --seed_everything 1 --data.init_args.seed 1 ;;
+    crate_cct_lr3e3_seed1) cct --model.lr 3e-3 --seed_everything 1 --data.init_args.seed 1 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
-    crate_alpha_cct) run crate_alpha_cct --model.model_name crate_alpha_cct4_3x2_32 ;;
-    cbt_cct) run cbt_cct --model.model_name cbt_cct4_3x2_32 ;;
+    crate_alpha_cct) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 ;;
+    cbt_cct) run "$trial" --model.model_name cbt_cct4_3x2_32 ;;
     # all 45,000 training images, 200 epochs at the learning rate that paid on the subset; resumes where it stopped
-    crate_cct_full) run crate_cct_full --model.model_name crate_cct4_3x2_32 --model.lr 2e-3 \
-      --data.root data/cifar10 --trainer.max_epochs 200 ;;
+    crate_cct_full) cct --model.lr 2e-3 --data.root data/cifar10 --trainer.max_epochs 200 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
   esac
 done
