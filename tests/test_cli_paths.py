@@ -4,6 +4,7 @@ checkpoints, predict and test, signals, version folders, config typos and bad da
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import signal
 import subprocess
@@ -123,6 +124,17 @@ def test_a_signal_exits_with_the_shells_status_for_it_after_its_checkpoint(tmp_p
     assert proc.returncode == 128 + signum, stderr[-2000:]
     assert f"stopped by {said}; resume with --ckpt_path last" in stderr
     assert list(tmp_path.glob("crate_nano_digits/version_0/checkpoints/interrupted-*.ckpt"))
+
+
+def test_a_fast_dev_run_writes_no_checkpoint_and_names_none(tmp_path: Path, monkeypatch, caplog) -> None:
+    """Lightning's fast_dev_run runs one batch with checkpointing off; its save_last would still write
+    ./checkpoints/last.ckpt at the end of fit (no logger folder), into whatever folder the command ran from."""
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO):
+        _ok(run_in_process("fit", "--config", DEFAULT, *QUIET, "--trainer.fast_dev_run", "true", "--log_root", "logs"))
+    assert sorted(p.name for p in tmp_path.rglob("*.ckpt")) == []
+    assert "fit ended after 1 epoch, 1 step" in caplog.text  # the run's summary, which names no checkpoint
+    assert "last checkpoint" not in caplog.text
 
 
 def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:

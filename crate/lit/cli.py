@@ -299,6 +299,11 @@ class CrateCLI(LightningCLI):
             if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
                 hint = " This machine has no GPU that PyTorch can use: train with --trainer.accelerator cpu (or auto)."
             raise ConfigError(f"the trainer settings cannot run here ({str(err).rstrip('.!')}).{hint}") from err
+        if trainer.fast_dev_run:
+            # a fast_dev_run writes no checkpoint, but ModelCheckpoint's save_last still writes last.ckpt when fit
+            # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
+            for callback in trainer.checkpoint_callbacks:
+                callback.save_last = False
         warn_if_slow_bf16(trainer)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer

@@ -109,7 +109,7 @@ class InterruptCheckpoint(Callback):
         if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
             return
         folder = checkpoint_dir(trainer)
-        if folder is None or trainer.global_step == 0:
+        if folder is None or trainer.global_step == 0 or trainer.fast_dev_run:  # fast_dev_run: no checkpoints
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"interrupted-epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}.ckpt"
