@@ -181,6 +181,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{dataset} {args.split}: {tag} top1 {row['top1']:.3f} on {row['images']:,} images")
         if args.split == "test" and not args.no_cards:
             record_on_card(tag, row, _card_folder(tag))
+    if not tables:  # every tag skipped: a run that scored nothing must not read as a success
+        parser.exit(
+            2,
+            f"crate-results: error: no tag could be scored on {args.split}: none has its data here; for CIFAR-10 run "
+            "make cifar10-data, or give --data-root the folder that holds its train/, val/ and test/\n",
+        )
     suffix = "" if args.split == "val" else f"-{args.split}"
     for dataset, rows in tables.items():
         path = Path(args.out_dir) / f"results-{dataset}{suffix}.csv"

@@ -100,6 +100,22 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
     assert exit_info.value.code == 2 and "lacks data/cifar10/train" in capsys.readouterr().err
 
 
+def test_a_run_that_can_score_no_tag_exits_non_zero_and_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    import crate.results as results
+
+    def evaluate(tag: str, *args):
+        raise FileNotFoundError(f"no test split at /nowhere/test (for {tag})")
+
+    monkeypatch.setattr(results, "evaluate_tag", evaluate)
+    monkeypatch.setattr(results, "shipped_tags", lambda: ["crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--split", "test"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("skipped") == 2
+    assert "no tag could be scored on test" in err and "make cifar10-data" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_test_split_is_scored_through_timm_and_written_on_the_card(tmp_path: Path, monkeypatch) -> None:
     """A stand-in of CIFAR-10's test folder: the figure equals the accuracy of the model on the images normalised
     by hand (32 px, crop 1, mean and std 0.5: the tag's own data config), and lands on a copy of the card."""
