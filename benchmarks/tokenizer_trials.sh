@@ -7,7 +7,8 @@
 # parts on crate_cct4_3x2_32 (twice the learning rate; crop and flip without the policy); crate_cct_lr2e3_no_policy
 # both at once; crate_cct_lr2e3_wd002 and crate_cct_lr2e3_wd01 weight decay 0.02 and 0.1 at lr 2e-3;
 # crate_cct_lr3e3 and crate_cct_lr4e3 learning rates above 2e-3 (and *_seed1 a second seed of 2e-3 and 3e-3);
-# crate_cct_lr2e3_depth12 and crate_cct_lr2e3_width152 spend the rest of a 0.7 M budget on depth or width;
+# crate_cct_lr2e3_depth12 and crate_cct_lr2e3_width152 spend the rest of a 0.7 M budget on depth or width (and
+# *_width152_seed1 a second seed of the latter);
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started. logs/ stays on one machine, so its run
@@ -74,6 +75,8 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     # width 152 with 2 heads of 76 (661,571), both at lr 2e-3
     crate_cct_lr2e3_depth12) cct --model.lr 2e-3 --model.model_kwargs '{depth: 12}' ;;
     crate_cct_lr2e3_width152) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' ;;
+    crate_cct_lr2e3_width152_seed1) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' --seed_everything 1 \
+      --data.init_args.seed 1 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
     crate_alpha_cct) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 ;;
     cbt_cct) run "$trial" --model.model_name cbt_cct4_3x2_32 ;;
