@@ -50,6 +50,24 @@ def test_the_vit_twins_are_ccts_models_and_the_crate_twins_match_them(shape: str
         assert model.blocks[0].attn.num_heads == heads
 
 
+def test_the_width_152_pair_is_cct4_widened_and_spends_most_of_a_0_7_m_budget() -> None:
+    """Not a published CCT: CCT-4/3x2's layer shapes at width 152 (2 heads of 76), counted by the same
+    transcription, and the CRATE twin's 8 layers within 5% of it, both under 0.7 M."""
+    layers, blocks, _, heads, ratio, _ = CCT["cct4_3x2"]
+    vit = timm.create_model("vit_cct4_3x2_w152_32", num_classes=10)
+    crate_twin = timm.create_model("crate_cct4_3x2_w152_32", num_classes=10)
+    count = sum(p.numel() for p in vit.parameters())
+    assert count == cct_parameters(layers, blocks, 152, ratio)
+    crate_count = sum(p.numel() for p in crate_twin.parameters())
+    assert abs(crate_count / count - 1) < 0.05 and max(count, crate_count) <= 700_000
+    narrow = timm.create_model("crate_cct4_3x2_32", num_classes=10)
+    assert len(crate_twin.blocks) == len(narrow.blocks) == 8 and crate_count > 1.3 * sum(
+        p.numel() for p in narrow.parameters()
+    )
+    for model in (vit, crate_twin):
+        assert model.pos_embed.shape == (1, 64, 152) and model.blocks[0].attn.num_heads == heads
+
+
 @pytest.mark.parametrize("name", ["crate_alpha_cct4_3x2_32", "cbt_cct4_3x2_32"])
 def test_crate_alpha_and_cbt_take_the_tokenizer_and_pooling_at_cct4s_count(name: str) -> None:
     """Their layers as they are (CRATE-alpha's 3x dictionary, CBT's CBSA pooling the 8 x 8 patch grid onto 4 x 4

@@ -22,7 +22,8 @@ MAE = {"crate_mae_nano_patch4_32", "crate_mae_tiny_patch16_224"}
 CBT = {"cbt_nano_patch4_32", "cbt_tiny_patch16_224", "cbt_tiny_patch8_224"}
 CRATE = set(timm.list_models("crate_*")) - set(timm.list_models("crate_mae_*"))
 # CCT's tokenizer and sequence pooling: the CRATE twins (in CRATE) and CCT's own models as the ViT twins
-COMPACT = {f"{family}_{shape}_32" for family in ("crate", "vit") for shape in ("cct2_3x2", "cct4_3x2", "cct7_3x1")}
+SHAPES = ("cct2_3x2", "cct4_3x2", "cct4_3x2_w152", "cct7_3x1")
+COMPACT = {f"{family}_{shape}_32" for family in ("crate", "vit") for shape in SHAPES}
 COMPACT |= {"crate_alpha_cct4_3x2_32", "cbt_cct4_3x2_32"}  # CRATE-alpha's and CBT's layers on the tokenizer
 ZOO = sorted(
     CRATE | {"vit_nano_patch4_32", "vit_micro_patch4_32", "vit_tiny_patch4_32"} | VARIANTS | TOST | MAE | CBT | COMPACT
@@ -66,7 +67,7 @@ def test_the_zoo_is_complete() -> None:
     variants |= {"crate_nano_patch4_32_bn", "crate_nano_patch4_32_sh"}
     ablations = {f"crate_{size}_patch4_32_{a}" for size in ("nano", "micro") for a in ("mlp", "mhsa", "attn_only")}
     gpu_members = {"crate_tiny_patch4_32", "vit_tiny_patch4_32"}  # CRATE-T's width at 32 px and its ViT twin
-    assert alpha | variants | ablations | gpu_members | TOST | MAE | CBT | COMPACT <= set(ZOO) and len(ZOO) == 52
+    assert alpha | variants | ablations | gpu_members | TOST | MAE | CBT | COMPACT <= set(ZOO) and len(ZOO) == 54
     assert len(timm.list_models("tost_*")) == 13
     # four reference sizes at patch 16 and 8, the CPU-scale nano and the tokenizer member
     assert len(timm.list_models("cbt_*")) == 10

@@ -14,6 +14,8 @@ layers are a ViT's. So here:
   MSSA and ISTA layers, as many as make the parameter count match the ViT's (within 5%). A CRATE layer has
   3 d^2 + 5 d parameters against a CCT layer's 4 d^2 + 2 d f + 5 d + f (f: MLP width), so the CRATE twin is
   deeper: more optimisation steps of the same objective.
+- ``*_cct4_3x2_w152_32`` widen CCT-4/3x2 from 128 to 152 (2 heads of 76), which spends the rest of a 0.7 M
+  budget (0.66 M) on width: not one of CCT's published models, the same layer shapes at another width.
 
 Two more families take the tokenizer and the pooling at CCT-4/3x2's shape without a change to their layers:
 
@@ -65,6 +67,7 @@ class CompactViT(ViTTwin):
 COMPACT_SHAPES: dict[str, dict[str, Any]] = {
     "cct2_3x2": dict(embed_dim=128, num_heads=2, depth=2, mlp_ratio=1.0, conv_layers=2, crate_depth=4),
     "cct4_3x2": dict(embed_dim=128, num_heads=2, depth=4, mlp_ratio=1.0, conv_layers=2, crate_depth=8),
+    "cct4_3x2_w152": dict(embed_dim=152, num_heads=2, depth=4, mlp_ratio=1.0, conv_layers=2, crate_depth=8),
     "cct7_3x1": dict(embed_dim=256, num_heads=4, depth=7, mlp_ratio=2.0, conv_layers=1, crate_depth=19),
 }
 
@@ -139,6 +142,12 @@ def crate_cct4_3x2_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
 
 
 @register_model
+def crate_cct4_3x2_w152_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
+    """crate_cct4_3x2_32 at width 152: two conv blocks (8x8 tokens), 2 heads, 8 layers, sequence pooling."""
+    return _create_crate("crate_cct4_3x2_w152_32", pretrained, **dict(_crate_args("cct4_3x2_w152"), **kwargs))
+
+
+@register_model
 def crate_cct7_3x1_32(pretrained: bool = False, **kwargs: Any) -> CRATE:
     """CRATE twin of CCT-7/3x1: one conv block (16x16 tokens), d=256, 4 heads, 19 layers, sequence pooling."""
     return _create_crate("crate_cct7_3x1_32", pretrained, **dict(_crate_args("cct7_3x1"), **kwargs))
@@ -154,6 +163,12 @@ def vit_cct2_3x2_32(pretrained: bool = False, **kwargs: Any) -> CompactViT:
 def vit_cct4_3x2_32(pretrained: bool = False, **kwargs: Any) -> CompactViT:
     """CCT-4/3x2: two conv blocks (8x8 tokens), d=128, 2 heads, 4 layers, MLP ratio 1, sequence pooling."""
     return _create_compact_vit("vit_cct4_3x2_32", pretrained, **dict(_vit_args("cct4_3x2"), **kwargs))
+
+
+@register_model
+def vit_cct4_3x2_w152_32(pretrained: bool = False, **kwargs: Any) -> CompactViT:
+    """CCT-4/3x2 at width 152: two conv blocks (8x8 tokens), 2 heads, 4 layers, MLP ratio 1, sequence pooling."""
+    return _create_compact_vit("vit_cct4_3x2_w152_32", pretrained, **dict(_vit_args("cct4_3x2_w152"), **kwargs))
 
 
 @register_model
