@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_suite import logged_epochs, median_after_compilation
+from gpu_suite import STARTUP_S, logged_epochs, median_after_compilation
 from safetensors.torch import save_file
 
 from benchmarks.common import environment
@@ -134,7 +134,8 @@ def train_all(options: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
             name, seed = waiting.pop(0)
             log_root = work / f"{name}.seed{seed}"
             args = run_args(name, seed, options, log_root)
-            command = [sys.executable, "train.py", "fit", *args, "--trainer.max_time", _max_time(left - 20)]
+            # max_time counts from the fit's start, STARTUP_S after the process's: so the run ends by the deadline
+            command = [sys.executable, "train.py", "fit", *args, "--trainer.max_time", _max_time(left - STARTUP_S)]
             log = work / f"{name}.seed{seed}.log"
             with log.open("w") as handle:
                 process = subprocess.Popen(command, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)
