@@ -145,3 +145,13 @@ def test_corrupt_or_truncated_file_is_a_clear_error(tmp_path: Path, suffix: str)
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"does not exist"):
         _load("crate_nano_patch4_32", tmp_path / "nowhere.pth", num_classes=10)
+
+
+def test_bytes_that_are_no_checkpoint_get_torch_s_finding_not_its_advice_to_unpickle_unsafely(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.pth"
+    bad.write_bytes(b"garbage, not a checkpoint\n")  # torch's weights-only unpickler stops at its first byte
+    with pytest.raises(CheckpointError) as caught:
+        _load("crate_nano_patch4_32", bad, num_classes=10)
+    message = str(caught.value)
+    assert "corrupt or truncated, or not a torch checkpoint (Unsupported operand" in message
+    assert "weights_only" not in message and "\n" not in message

@@ -171,6 +171,16 @@ def _lightning_hparams(loaded: Mapping[str, Any]) -> dict[str, Any]:
     return {**hparams, "label_names": list(names)} if names else hparams
 
 
+def _load_failure(err: Exception) -> str:
+    """What torch.load found wrong, in one line. The weights-only unpickler wraps its finding in advice to
+    load with ``weights_only=False``, which would run whatever code a bad file holds: keep only the finding."""
+    text = str(err)
+    finding = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+    if finding:
+        return finding.group(1).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str, Any]]:
     """(what the file holds, its source, the model's hparams it records, what it records beside its weights)."""
     if _is_safetensors(path):
@@ -196,7 +206,7 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         with torch.serialization.safe_globals([argparse.Namespace]):
             loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # the unpickler raises many types (KeyError, UnpicklingError, ...) on bad bytes
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        first = _load_failure(err)
         refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
         if refused:
             raise CheckpointError(
