@@ -1,0 +1,69 @@
+"""Compare two training runs epoch by epoch from their CSV logs (``metrics.csv``).
+
+Prints, for the epochs both runs reached: the first run's last and best validation accuracy, both runs' mean over
+the last ten epochs of the first, the epochs in which the first run was ahead and its median lead, and its last
+train accuracy. The figures the results page gives for a long CPU run beside an earlier one come from here::
+
+    python -m benchmarks.compare_runs benchmarks/results/cpu_runs/crate_cct_w152_full/metrics.csv \\
+        benchmarks/results/cpu_runs/crate_cct_full/metrics.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from pathlib import Path
+
+
+def per_epoch(path: Path, column: str) -> dict[int, float]:
+    """``column``'s value at each epoch that logged it (the last value wins)."""
+    values: dict[int, float] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get(column) and row.get("epoch"):
+                values[int(row["epoch"])] = float(row[column])
+    return values
+
+
+def compare(run: Path, reference: Path, last: int = 10) -> dict[str, float | int]:
+    val, ref, train = per_epoch(run, "val/acc"), per_epoch(reference, "val/acc"), per_epoch(run, "train/acc")
+    if not val:
+        raise SystemExit(f"compare_runs: {run} logs no val/acc; pass a run's metrics.csv")
+    epochs = sorted(val)
+    shared = [epoch for epoch in epochs if epoch in ref]
+    if not shared:
+        raise SystemExit(f"compare_runs: {reference} shares no epoch with {run}")
+    tail = epochs[-last:]
+    leads = [val[epoch] - ref[epoch] for epoch in shared]
+    final = epochs[-1]
+    return {
+        "epochs": final + 1,
+        "val_last": val[final],
+        "val_best": max(val.values()),
+        "best_epoch": max(val, key=val.__getitem__),
+        "val_mean_last": statistics.mean(val[epoch] for epoch in tail),
+        "reference_mean_last": statistics.mean(ref[epoch] for epoch in tail if epoch in ref),
+        "reference_at_last": ref.get(final, float("nan")),
+        "epochs_ahead": sum(lead > 0 for lead in leads),
+        "epochs_compared": len(leads),
+        "median_lead": statistics.median(leads),
+        "train_last": train.get(final, float("nan")),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="the run's metrics.csv")
+    parser.add_argument("reference", type=Path, help="the metrics.csv it is compared with")
+    parser.add_argument("--last", type=int, default=10, help="epochs the means are taken over")
+    args = parser.parse_args(argv)
+    for path in (args.run, args.reference):
+        if not path.is_file():
+            raise SystemExit(f"compare_runs: {path} does not exist; pass a run's metrics.csv")
+    for key, value in compare(args.run, args.reference, args.last).items():
+        print(f"{key:22s} {value:.4f}" if isinstance(value, float) else f"{key:22s} {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+import csv
+from pathlib import Path
+
+import pytest
+
+from benchmarks.compare_runs import compare
+
+
+def _write(path: Path, val: list[float], train: list[float] | None = None) -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["epoch", "step", "train/acc", "val/acc"])
+        for epoch, acc in enumerate(val):
+            writer.writerow([epoch, epoch * 10 + 5, "", ""])  # a step row without the epoch's figures
+            writer.writerow([epoch, epoch * 10 + 9, train[epoch] if train else "", acc])
+    return path
+
+
+def test_compare_runs_matches_a_hand_count_of_leads_means_and_best(tmp_path: Path) -> None:
+    run = _write(tmp_path / "run.csv", [0.5, 0.7, 0.6, 0.9], train=[0.1, 0.2, 0.3, 0.4])
+    reference = _write(tmp_path / "ref.csv", [0.6, 0.6, 0.6, 0.8, 0.95])
+    result = compare(run, reference, last=2)
+    # leads: -0.1, +0.1, 0.0, +0.1 -> ahead in 2 of 4, median of the sorted (-0.1, 0, 0.1, 0.1) is 0.05
+    assert result["epochs"] == 4 and result["epochs_ahead"] == 2 and result["epochs_compared"] == 4
+    assert result["median_lead"] == pytest.approx(0.05)
+    assert result["val_last"] == 0.9 and result["val_best"] == 0.9 and result["best_epoch"] == 3
+    assert result["val_mean_last"] == pytest.approx(0.75) and result["reference_mean_last"] == pytest.approx(0.7)
+    assert result["reference_at_last"] == 0.8 and result["train_last"] == 0.4
+
+
+def test_compare_runs_refuses_a_file_without_validation_figures(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("epoch,step\n0,1\n")
+    with pytest.raises(SystemExit, match="logs no val/acc"):
+        compare(empty, empty)
