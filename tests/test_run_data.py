@@ -5,11 +5,13 @@ one-line errors that leave nothing behind; exports of every zoo classifier load 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import timm
 import torch
+import yaml
 from conftest import write_image_folder
 
 import crate  # noqa: F401
@@ -20,6 +22,7 @@ from crate.interpret.loading import held_out_accuracy, load_run
 from crate.lit import MaskedAutoencoder, cli_main
 from crate.models import CheckpointError, read_checkpoint
 from crate.run import read_record
+from crate.run.resume_check import recipe_changes
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / "configs" / "crate_nano_digits.yaml")
@@ -133,6 +136,49 @@ def test_checkpoints_of_another_module_kind_are_refused_before_anything_is_writt
         assert exit_info.value.code == 2 and message in err and "Traceback" not in err, err
         assert len([line for line in err.splitlines() if "error:" in line]) == 1
         assert {p: _files(p.parents[2]) for p in folders} == folders  # nothing written into either run
+
+
+def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_resumes(
+    runs, tmp_path: Path, capsys
+) -> None:
+    """A resume restores the optimizer and the schedule, so a changed learning rate would be recorded (and put on
+    the card) but not used, and a changed batch, augmentation or precision would hold for part of the run only:
+    each is refused in one line naming the recorded and the given value, with nothing written. Settings that do
+    not change what is trained (speed, the spelling of the same precision) resume."""
+    shutil.copytree(runs["split1"].parents[1], tmp_path / "split1" / "version_0", symlinks=True)
+    run = tmp_path / "split1" / "version_0"
+    ckpt = next((run / "checkpoints").glob("latest-*.ckpt"))
+    recorded = yaml.safe_load(Path(DIGITS).read_text())
+    args = ["fit", "--config", DIGITS, "--data.split_seed", "1", "--run_name", "split1", "--log_root", str(tmp_path)]
+    args += ["--ckpt_path", str(ckpt), "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", *QUIET]
+    lr, batch = float(recorded["model"]["lr"]), recorded["data"]["init_args"]["batch_size"]
+    hflip = recorded["data"]["init_args"]["augmentation"]["hflip"]
+    cases = [
+        (["--model.lr", str(lr * 2)], f"model.lr {lr} -> {lr * 2}"),
+        (["--data.batch_size", str(batch // 2)], f"data.batch_size {batch} -> {batch // 2}"),
+        (["--data.augmentation.hflip", "0.5"], f"data.augmentation.hflip {hflip} -> 0.5"),
+        (["--trainer.precision", "bf16-mixed"], "trainer.precision 32-true -> bf16-mixed"),  # the config sets none
+    ]
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    for extra, change in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([*args, *extra])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if "error:" in line]
+        assert exit_info.value.code == 2 and len(errors) == 1 and "trained with other settings" in errors[0], err
+        assert change in errors[0] and "--model.pretrained_file" in errors[0], errors[0]
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    cli_main([*args, "--trainer.precision", "32", "--model.grad_checkpointing", "true", "--data.num_workers", "0"])
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+
+
+def test_recipe_changes_name_each_changed_setting_both_record_and_skip_the_free_ones() -> None:
+    recorded = {"lr": 0.002, "betas": [0.9, 0.999], "mixing": None, "num_workers": 4, "old_setting": 1}
+    current = {"lr": 2e-3, "betas": (0.9, 0.99), "mixing": "cutmix", "num_workers": 0, "new_setting": 2}
+    assert recipe_changes(recorded, current, frozenset({"num_workers"})) == [
+        "betas [0.9, 0.999] -> (0.9, 0.99)",
+        "mixing None -> cutmix",
+    ]
 
 
 def test_export_refuses_a_pretraining_checkpoint(runs, tmp_path: Path, capsys) -> None:

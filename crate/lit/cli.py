@@ -22,7 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from crate.errors import innermost_refusal, one_line
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
-from crate.run.resume_check import check_evaluation_data, check_resume_data
+from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
@@ -263,6 +263,9 @@ class CrateCLI(LightningCLI):
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":
                 self.datamodule.require_split(self.datamodule.predict_split)
+        if self.subcommand == "fit" and self.held_checkpoint is not None and self.held_checkpoint.source == "lightning":
+            data_config = getattr(self.datamodule, "data_config", None)
+            check_resume_recipe(self.held_checkpoint, dict(self.model.hparams), data_config, self.trainer.precision)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)
         if self.held_checkpoint is not None and self.held_checkpoint.source == "lightning" and refuse_misfit:
             # before the trainer writes into the run's folder (its config, loggers): a checkpoint of other classes

@@ -1,8 +1,11 @@
-"""A run resumes only onto the data it was trained on, and is evaluated only on data of its classes: a
-checkpoint records its data's identity (source, folder, classes, split sizes, image size, channels), and
-``train.py fit --ckpt_path`` compares it with the data of the config before anything is written (``validate``,
-``test`` and ``predict`` compare the classes and channels). Training on other data from a run's weights is a new
-run (``--model.pretrained_file``), which never touches the old run's checkpoints or logs."""
+"""A run resumes only onto the data and the recipe it was trained with, and is evaluated only on data of its
+classes: a checkpoint records its data's identity (source, folder, classes, split sizes, image size, channels),
+its module's settings and its data section, and ``train.py fit --ckpt_path`` compares them (and the precision of
+the run's ``config.yaml``) with the config before anything is written (``validate``, ``test`` and ``predict``
+compare the classes and channels). A resume restores the optimizer and the learning-rate schedule, so a changed
+rate would not be used while the run's hyper-parameters, and its card, would say it was; other changes would hold
+for part of the run only, which no card can say. Training on other data, or with another recipe, from a run's
+weights is a new run (``--model.pretrained_file``), which never touches the old run's checkpoints or logs."""
 
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ from crate.models import Checkpoint, CheckpointError
 
 from .held_out import shown_classes
 from .record import read_record
+from .run import flatten_settings, run_config
 
-__all__ = ["check_evaluation_data", "check_resume_data", "data_changes"]
+__all__ = ["check_evaluation_data", "check_resume_data", "check_resume_recipe", "data_changes", "recipe_changes"]
 
 # settings of a run's data section that say which images it holds out (for checkpoints written before the
 # data's identity was recorded)
@@ -23,6 +27,16 @@ _SPLIT_SETTINGS = ("root", "dataset", "img_size", "in_chans", "val_fraction", "s
 # record them) and the channels; the folder, the split sizes and the image size may differ (data that moved,
 # new images of the same classes; an image size the weights do not fit is refused by their shapes)
 _LABELS = ("classes", "num_classes", "in_chans")
+# settings a resume may change, as they do not change what the run trains: speed and memory only, the weights a
+# new run would start from (a resume starts from its checkpoint), where the data lies and how it is loaded or
+# cached, what predict reads, and the data-linked sizes and classes that the data's own check compares
+_FREE_MODULE_SETTINGS = frozenset(
+    {"grad_checkpointing", "compile", "compile_mode", "pretrained_file", "_instantiator"}
+    | {"num_classes", "in_chans", "img_size", "class_weights"}
+)
+_FREE_DATA_SETTINGS = frozenset({"root", "num_workers", "store_dir", "predict_split", "in_chans", "img_size"})
+# Lightning's older spellings of a precision, as its own unified names
+_PRECISION_NAMES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
 
 
 def _shown(value: Any) -> str:
@@ -36,6 +50,57 @@ def data_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]
         for key in recorded
         if key in current and recorded[key] is not None and current[key] is not None and recorded[key] != current[key]
     ]
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists (a parsed config and a checkpoint's hyper-parameters spell sequences either way)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def recipe_changes(recorded: dict[str, Any], current: dict[str, Any], free: frozenset[str] = frozenset()) -> list[str]:
+    """``key: recorded -> current`` for every key both hold, other than ``free``, with different values (a
+    setting turned on or off from None counts)."""
+    return [
+        f"{key} {recorded[key]} -> {current[key]}"
+        for key in recorded
+        if key in current and key not in free and _plain(recorded[key]) != _plain(current[key])
+    ]
+
+
+def _precision(value: Any) -> str:
+    text = "32-true" if value is None else str(value)  # Lightning's default
+    return _PRECISION_NAMES.get(text, text)
+
+
+def check_resume_recipe(
+    held: Checkpoint, hparams: dict[str, Any], data_config: dict[str, Any] | None, precision: str
+) -> None:
+    """Refuse to resume ``held`` with a recipe other than the one it was trained with: the module's settings
+    (``hparams``, what the config builds now), the data section's settings other than where and how its images
+    are read (``data_config``), and the trainer's ``precision`` against the run's ``config.yaml`` (where one lies
+    beside the checkpoint's folder). Settings a file does not record pass."""
+    record = read_record(held)
+    changes = [f"model.{change}" for change in recipe_changes(record.hyper_parameters, hparams, _FREE_MODULE_SETTINGS)]
+    recorded_data, current_data = record.data_config or {}, data_config or {}
+    if recorded_data.get("class_path") == current_data.get("class_path"):  # another class: the data check's
+        recorded_args = flatten_settings("", recorded_data.get("init_args") or {})
+        current_args = flatten_settings("", current_data.get("init_args") or {})
+        changes += [f"data.{change}" for change in recipe_changes(recorded_args, current_args, _FREE_DATA_SETTINGS)]
+    trainer = run_config(held.path).get("trainer")
+    if isinstance(trainer, dict) and _precision(trainer.get("precision")) != _precision(precision):
+        changes.append(f"trainer.precision {_precision(trainer.get('precision'))} -> {_precision(precision)}")
+    if changes:
+        raise CheckpointError(
+            f"--ckpt_path {held.path} resumes a run trained with other settings ({'; '.join(changes)}); nothing was "
+            "written. A resume continues the run as it was trained (its optimizer and learning-rate schedule are "
+            "restored, and its card names one recipe): give those settings their recorded values to continue it; "
+            f"to train with these from its weights, start a new run with --model.pretrained_file {held.path} (and "
+            "no --ckpt_path)"
+        )
 
 
 def _recorded_settings(config: dict[str, Any] | None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from .held_out import describe_data
 from .record import FileRecord, module_kind, read_record
 
-__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run"]
+__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run", "flatten_settings", "run_config"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
@@ -24,14 +24,27 @@ RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha",
 RECIPE_KEYS += ("head_hidden_dim", "head_dim", "head_layers", "eps", "coeff", "expa_type", "teacher_momentum")
 
 
-def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+def flatten_settings(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Nested settings as one level of dotted keys: ``{"augmentation": {"hflip": 0.5}}`` ->
+    ``{"<prefix>augmentation.hflip": 0.5}``."""
     flat: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            flat.update(_flatten(f"{prefix}{key}.", value))
+            flat.update(flatten_settings(f"{prefix}{key}.", value))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _config_file(checkpoint_path: str | Path) -> Path:
+    return Path(checkpoint_path).resolve().parent.parent / "config.yaml"
+
+
+def run_config(checkpoint_path: str | Path) -> dict[str, Any]:
+    """The LightningCLI ``config.yaml`` of the run a checkpoint belongs to (``<run>/config.yaml`` beside
+    ``<run>/checkpoints/``), ``{}`` where none lies there."""
+    config_file = _config_file(checkpoint_path)
+    return (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
 
 
 @dataclass
@@ -57,9 +70,7 @@ class Run:
                 f"{held.describe()}: not a Lightning checkpoint of crate.lit.ImageClassifier; export works on the "
                 ".ckpt files that train.py writes"
             )
-        config_file = path.resolve().parent.parent / "config.yaml"
-        config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
-        return cls(path, held, config)
+        return cls(path, held, run_config(path))
 
     @cached_property
     def record(self) -> FileRecord:
@@ -105,7 +116,7 @@ class Run:
 
     @property
     def config_file(self) -> Path:
-        return self.path.resolve().parent.parent / "config.yaml"
+        return _config_file(self.path)
 
     @property
     def classical_baseline(self) -> dict[str, Any] | None:
@@ -130,11 +141,11 @@ class Run:
             recipe["peak_lr"] = self.record.peak_lr
         architecture = self.checkpoint.architecture_kwargs
         regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in architecture}
-        recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
+        recipe.update(flatten_settings("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
         init_args = dict((self.data_config or {}).get("init_args") or {})
         if init_args.get("multi_crop"):
             init_args.pop("augmentation", None)
-        recipe.update(_flatten("data.", init_args))
+        recipe.update(flatten_settings("data.", init_args))
         if self.config:
             recipe["precision"] = (self.config.get("trainer") or {}).get("precision") or "32-true"  # Lightning's
             recipe["seed"] = self.config.get("seed_everything")
