@@ -300,6 +300,7 @@ def _card(
         "data": run.data_description,
         "data_config": run.data_config or None,
         "epochs": run.epochs,
+        "batches_into_epoch": run.batches_into_epoch,
         "global_step": run.record.global_step,
         "planned_steps": run.record.planned_steps,
         "val_accuracy": measured.accuracy,

@@ -30,10 +30,12 @@ images) and a logistic-regression probe on the standardised features, beside its
 
 
 def _trained_line(card: dict[str, Any]) -> str:
-    """Epochs and optimizer steps; where the run stopped before the steps its schedule planned, it says so (the
-    learning rate had not finished its decay: not the recipe's result)."""
+    """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps; where the run
+    stopped before the steps its schedule planned, it says so (the learning rate had not finished its decay: not
+    the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
-    line = f"{card['epochs']} epochs, {done} optimizer steps"
+    partial = card.get("batches_into_epoch") or 0
+    line = f"{card['epochs']} epochs{f' and {partial} batches of the next' if partial else ''}, {done} optimizer steps"
     if planned and done < planned:
         line += (
             f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "

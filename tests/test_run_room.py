@@ -135,3 +135,33 @@ def test_the_models_room_knows_weight_files_not_runs() -> None:
         text = path.read_text()
         for key in ("crate_module", "data_config", "config.yaml", "optimizer_states", "lr_schedulers"):
             assert not re.search(rf"\b{re.escape(key)}\b", text), f"{path} reads a run's {key}"
+
+
+def test_a_file_written_mid_epoch_counts_its_full_epochs_and_the_batches_of_the_next(tmp_path: Path) -> None:
+    """Lightning records the epoch a file was written in; a file written mid-epoch (an interrupt, a save every N
+    steps) had trained only part of it, and its card said one epoch more than ran. Expected here: the step in
+    each file's name, divided by the batches an epoch has (limited to 6)."""
+    from conftest import run_in_process
+
+    from crate.model_card import _trained_line
+
+    per_epoch = 6
+    result = run_in_process(
+        "fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.max_epochs", "2",
+        "--trainer.limit_train_batches", str(per_epoch), "--trainer.limit_val_batches", "1",
+        "--latest_checkpoint.every_n_train_steps", "5", "--latest_checkpoint.save_top_k", "-1",
+        "--log_root", str(tmp_path), "--trainer.enable_progress_bar", "false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = tmp_path / "crate_nano_digits" / "version_0" / "checkpoints"
+    mid_epoch = sorted(folder.glob("latest-*.ckpt"))
+    assert [p.name for p in mid_epoch] == ["latest-epoch000-step000005.ckpt", "latest-epoch001-step000010.ckpt"]
+    for path in mid_epoch:
+        step = int(re.search(r"step(\d+)", path.name).group(1))
+        run = Run.open(path)
+        assert (run.epochs, run.batches_into_epoch) == divmod(step, per_epoch), path.name
+    best = Run.open(next(folder.glob("best-*.ckpt")))  # written at an epoch's end
+    assert best.batches_into_epoch == 0 and best.epochs == best.record.global_step // per_epoch
+    card = {"epochs": 1, "batches_into_epoch": 4, "global_step": 10, "planned_steps": 10}
+    assert _trained_line(card) == "1 epochs and 4 batches of the next, 10 optimizer steps"
+    assert _trained_line(dict(card, batches_into_epoch=0)) == "1 epochs, 10 optimizer steps"

@@ -28,6 +28,8 @@ __all__ = [
     "FileRecord",
     "module_kind",
     "read_record",
+    "run_config",
+    "run_config_file",
 ]
 
 MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
@@ -50,7 +52,9 @@ class FileRecord:
 
     module: str | None = None  # the LightningModule class that wrote it
     hyper_parameters: dict[str, Any] = field(default_factory=dict)
-    epoch: int = -1
+    epoch: int = -1  # Lightning's index of the epoch the file was written in
+    epochs_trained: int = 0  # full epochs trained when the file was written
+    batches_into_epoch: int = 0  # batches of the next epoch trained by then (a file written mid-epoch)
     global_step: int = 0
     data_config: dict[str, Any] | None = None  # the run's data section: class_path, init_args
     data_identity: dict[str, Any] | None = None
@@ -82,16 +86,43 @@ def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _progress(loaded: Mapping[str, Any]) -> tuple[int, int]:
+    """Full epochs trained and batches of the next one, from Lightning's fit-loop progress: a file written at
+    an epoch's end (or its validation) has processed that epoch; one written mid-epoch (an interrupt, a save
+    every N steps) has processed the epochs before it and some of its batches. Files without that progress:
+    the epoch they were written in, counted whole."""
+    epoch = int(loaded.get("epoch", -1))
+    loop = (loaded.get("loops") or {}).get("fit_loop") or {}
+    try:
+        processed = int(loop["epoch_progress"]["current"]["processed"])
+        batches = int(loop["epoch_loop.batch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        return epoch + 1, 0
+    return processed, (batches if processed == epoch else 0)
+
+
+def run_config_file(checkpoint_path: str | Path) -> Path:
+    """Where the LightningCLI ``config.yaml`` of a checkpoint's run lies: ``<run>/config.yaml`` beside
+    ``<run>/checkpoints/``."""
+    return Path(checkpoint_path).resolve().parent.parent / "config.yaml"
+
+
+def run_config(checkpoint_path: str | Path) -> dict[str, Any]:
+    """The ``config.yaml`` of a checkpoint's run, ``{}`` where none lies there or it is not a YAML mapping."""
+    config_file = run_config_file(checkpoint_path)
+    try:
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    except yaml.YAMLError:
+        return {}
+    return dict(config) if isinstance(config, Mapping) else {}
+
+
 def _run_folder_data_config(path: Path) -> dict[str, Any] | None:
     """The data section of ``<run>/config.yaml`` for a checkpoint in ``<run>/checkpoints/`` (checkpoints
     written before the data config was recorded in them)."""
-    config = path.resolve().parent.parent / "config.yaml"
-    if path.resolve().parent.name != "checkpoints" or not config.is_file():
+    if path.resolve().parent.name != "checkpoints":
         return None
-    try:
-        data = (yaml.safe_load(config.read_text()) or {}).get("data")
-    except yaml.YAMLError:
-        return None
+    data = run_config(path).get("data")
     return dict(data) if isinstance(data, Mapping) and "class_path" in data else None
 
 
@@ -105,10 +136,13 @@ def read_record(held: Checkpoint) -> FileRecord:
     if held.source != "lightning":
         return FileRecord()
     data = record.get(DATA_CONFIG_KEY)
+    epochs_trained, batches_into_epoch = _progress(record)
     return FileRecord(
         module=record.get(MODULE_KEY),
         hyper_parameters=dict(record.get("hyper_parameters") or {}),
         epoch=int(record.get("epoch", -1)),
+        epochs_trained=epochs_trained,
+        batches_into_epoch=batches_into_epoch,
         global_step=int(record.get("global_step", 0)),
         data_config=dict(data) if isinstance(data, Mapping) else _run_folder_data_config(Path(held.path)),
         data_identity=record.get(DATA_IDENTITY_KEY),

@@ -15,8 +15,8 @@ from typing import Any
 from crate.models import Checkpoint, CheckpointError
 
 from .held_out import shown_classes
-from .record import read_record
-from .run import flatten_settings, run_config
+from .record import read_record, run_config
+from .run import flatten_settings
 
 __all__ = ["check_evaluation_data", "check_resume_data", "check_resume_recipe", "data_changes", "recipe_changes"]
 

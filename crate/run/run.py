@@ -7,14 +7,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .held_out import describe_data
-from .record import FileRecord, module_kind, read_record
+from .record import FileRecord, module_kind, read_record, run_config, run_config_file
 
-__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run", "flatten_settings", "run_config"]
+__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run", "flatten_settings"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
@@ -34,17 +32,6 @@ def flatten_settings(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def _config_file(checkpoint_path: str | Path) -> Path:
-    return Path(checkpoint_path).resolve().parent.parent / "config.yaml"
-
-
-def run_config(checkpoint_path: str | Path) -> dict[str, Any]:
-    """The LightningCLI ``config.yaml`` of the run a checkpoint belongs to (``<run>/config.yaml`` beside
-    ``<run>/checkpoints/``), ``{}`` where none lies there."""
-    config_file = _config_file(checkpoint_path)
-    return (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
 
 
 @dataclass
@@ -116,7 +103,7 @@ class Run:
 
     @property
     def config_file(self) -> Path:
-        return _config_file(self.path)
+        return run_config_file(self.path)
 
     @property
     def classical_baseline(self) -> dict[str, Any] | None:
@@ -125,7 +112,14 @@ class Run:
 
     @property
     def epochs(self) -> int:
-        return self.record.epoch + 1
+        """Full epochs the run had trained when the file was written."""
+        return self.record.epochs_trained
+
+    @property
+    def batches_into_epoch(self) -> int:
+        """Batches of the next epoch trained by then: nonzero for a file written mid-epoch (an interrupt, a save
+        every N steps)."""
+        return self.record.batches_into_epoch
 
     def recipe(self) -> dict[str, Any]:
         """The training recipe a card shows: the module's optimisation settings, the training-only model settings,
