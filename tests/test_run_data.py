@@ -173,11 +173,16 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
 
 
 def test_recipe_changes_name_each_changed_setting_both_record_and_skip_the_free_ones() -> None:
+    """Each changed value by its key (nested sections by their inner keys, a section turned on from None as a
+    whole); keys only one side records, and the free ones, pass."""
     recorded = {"lr": 0.002, "betas": [0.9, 0.999], "mixing": None, "num_workers": 4, "old_setting": 1}
-    current = {"lr": 2e-3, "betas": (0.9, 0.99), "mixing": "cutmix", "num_workers": 0, "new_setting": 2}
+    recorded["augmentation"] = {"hflip": 0.5, "padding": 4}
+    current = {"lr": 2e-3, "betas": (0.9, 0.99), "mixing": {"mixup_alpha": 0.8}, "num_workers": 0, "new_setting": 2}
+    current["augmentation"] = {"hflip": 0.0, "padding": 4}
     assert recipe_changes(recorded, current, frozenset({"num_workers"})) == [
         "betas [0.9, 0.999] -> (0.9, 0.99)",
-        "mixing None -> cutmix",
+        "mixing None -> {'mixup_alpha': 0.8}",
+        "augmentation.hflip 0.5 -> 0.0",
     ]
 
 

@@ -16,7 +16,6 @@ from crate.models import Checkpoint, CheckpointError
 
 from .held_out import shown_classes
 from .record import read_record, run_config
-from .run import flatten_settings
 
 __all__ = ["check_evaluation_data", "check_resume_data", "check_resume_recipe", "data_changes", "recipe_changes"]
 
@@ -63,12 +62,18 @@ def _plain(value: Any) -> Any:
 
 def recipe_changes(recorded: dict[str, Any], current: dict[str, Any], free: frozenset[str] = frozenset()) -> list[str]:
     """``key: recorded -> current`` for every key both hold, other than ``free``, with different values (a
-    setting turned on or off from None counts)."""
-    return [
-        f"{key} {recorded[key]} -> {current[key]}"
-        for key in recorded
-        if key in current and key not in free and _plain(recorded[key]) != _plain(current[key])
-    ]
+    setting turned on or off from None counts); where both values are mappings (an augmentation section, a
+    model's keyword arguments), each of their keys, as ``key.inner``."""
+    changes = []
+    for key in recorded:
+        if key not in current or key in free:
+            continue
+        before, after = recorded[key], current[key]
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += [f"{key}.{change}" for change in recipe_changes(before, after)]
+        elif _plain(before) != _plain(after):
+            changes.append(f"{key} {before} -> {after}")
+    return changes
 
 
 def _precision(value: Any) -> str:
@@ -87,8 +92,7 @@ def check_resume_recipe(
     changes = [f"model.{change}" for change in recipe_changes(record.hyper_parameters, hparams, _FREE_MODULE_SETTINGS)]
     recorded_data, current_data = record.data_config or {}, data_config or {}
     if recorded_data.get("class_path") == current_data.get("class_path"):  # another class: the data check's
-        recorded_args = flatten_settings("", recorded_data.get("init_args") or {})
-        current_args = flatten_settings("", current_data.get("init_args") or {})
+        recorded_args, current_args = recorded_data.get("init_args") or {}, current_data.get("init_args") or {}
         changes += [f"data.{change}" for change in recipe_changes(recorded_args, current_args, _FREE_DATA_SETTINGS)]
     trainer = run_config(held.path).get("trainer")
     if isinstance(trainer, dict) and _precision(trainer.get("precision")) != _precision(precision):

@@ -12,7 +12,7 @@ from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from .held_out import describe_data
 from .record import FileRecord, module_kind, read_record, run_config, run_config_file
 
-__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run", "flatten_settings"]
+__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
@@ -22,13 +22,11 @@ RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha",
 RECIPE_KEYS += ("head_hidden_dim", "head_dim", "head_layers", "eps", "coeff", "expa_type", "teacher_momentum")
 
 
-def flatten_settings(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Nested settings as one level of dotted keys: ``{"augmentation": {"hflip": 0.5}}`` ->
-    ``{"<prefix>augmentation.hflip": 0.5}``."""
+def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            flat.update(flatten_settings(f"{prefix}{key}.", value))
+            flat.update(_flatten(f"{prefix}{key}.", value))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -135,11 +133,11 @@ class Run:
             recipe["peak_lr"] = self.record.peak_lr
         architecture = self.checkpoint.architecture_kwargs
         regularisers = {k: v for k, v in (hp.get("model_kwargs") or {}).items() if k not in architecture}
-        recipe.update(flatten_settings("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
+        recipe.update(_flatten("model_kwargs.", regularisers))  # e.g. patch_drop_rate: training only
         init_args = dict((self.data_config or {}).get("init_args") or {})
         if init_args.get("multi_crop"):
             init_args.pop("augmentation", None)
-        recipe.update(flatten_settings("data.", init_args))
+        recipe.update(_flatten("data.", init_args))
         if self.config:
             recipe["precision"] = (self.config.get("trainer") or {}).get("precision") or "32-true"  # Lightning's
             recipe["seed"] = self.config.get("seed_everything")
