@@ -144,7 +144,7 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
     """A resume restores the optimizer and the schedule, so a changed learning rate would be recorded (and put on
     the card) but not used, and a changed batch, augmentation or precision would hold for part of the run only:
     each is refused in one line naming the recorded and the given value, with nothing written. Settings that do
-    not change what is trained (speed, the spelling of the same precision) resume."""
+    not change what is trained (speed, the spelling of the same precision) resume, and keep the run's seed."""
     shutil.copytree(runs["split1"].parents[1], tmp_path / "split1" / "version_0", symlinks=True)
     run = tmp_path / "split1" / "version_0"
     ckpt = next((run / "checkpoints").glob("latest-*.ckpt"))
@@ -168,8 +168,12 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
         assert exit_info.value.code == 2 and len(errors) == 1 and "trained with other settings" in errors[0], err
         assert change in errors[0] and "--model.pretrained_file" in errors[0], errors[0]
         assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
-    cli_main([*args, "--trainer.precision", "32", "--model.grad_checkpointing", "true", "--data.num_workers", "0"])
+    free = ["--trainer.precision", "32", "--model.grad_checkpointing", "true", "--data.num_workers", "0"]
+    seed = recorded["seed_everything"]
+    cli_main([*args, *free, "--seed_everything", str(seed + 7)])
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+    # the seed chose the run's initial weights: the run's config (and its card) keeps the one it started with
+    assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == seed
 
 
 def test_recipe_changes_name_each_changed_setting_both_record_and_skip_the_free_ones() -> None:

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from crate.errors import innermost_refusal, one_line
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
 from .classical_baseline import ClassicalBaseline
@@ -266,6 +267,7 @@ class CrateCLI(LightningCLI):
         if self.subcommand == "fit" and self.held_checkpoint is not None and self.held_checkpoint.source == "lightning":
             data_config = getattr(self.datamodule, "data_config", None)
             check_resume_recipe(self.held_checkpoint, dict(self.model.hparams), data_config, self.trainer.precision)
+            keep_run_seed(config, self.held_checkpoint.path)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)
         if self.held_checkpoint is not None and self.held_checkpoint.source == "lightning" and refuse_misfit:
             # before the trainer writes into the run's folder (its config, loggers): a checkpoint of other classes
@@ -310,6 +312,23 @@ class CrateCLI(LightningCLI):
         warn_if_slow_bf16(trainer)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
+
+
+def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:
+    """A resume keeps the seed its run started with, in the run's ``config.yaml`` (and so on its card): the seed
+    chose the run's initial weights, which the resume does not draw again, and the random states of the moment the
+    checkpoint was written are restored from it. Another seed (a config that draws a random one at every start,
+    or ``--seed_everything N``) would name a seed the run never used; it is replaced by the recorded one and said."""
+    recorded = run_config(checkpoint_path).get("seed_everything")
+    given = config.get("seed_everything")
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded == given:
+        return
+    rank_zero_info(
+        f"resume: the run keeps the seed it started with, {recorded} (seed_everything {given} is not used: the run's "
+        "random states are restored from the checkpoint)"
+    )
+    config["seed_everything"] = recorded
+    L.seed_everything(recorded, workers=True)
 
 
 def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: bool) -> None:
