@@ -27,19 +27,24 @@ def _trainer(precision: str) -> L.Trainer:
     return L.Trainer(accelerator="cpu", precision=precision, logger=False, enable_checkpointing=False)
 
 
+@pytest.mark.parametrize("resumes", [None, "logs/run/version_0/checkpoints/last.ckpt"])
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
 def test_bf16_without_cpu_support_warns_with_the_way_out(
-    monkeypatch: pytest.MonkeyPatch, native: bool, precision: str
+    monkeypatch: pytest.MonkeyPatch, native: bool, precision: str, resumes: str | None
 ) -> None:
+    """A new run's way out is fp32; a resume keeps its run's precision (another is refused), so its way out is a
+    new fp32 run from the checkpoint's weights."""
     monkeypatch.setattr(cpu_precision, "cpu_has_native_bf16", lambda: native)
     trainer = _trainer(precision)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cpu_precision.warn_if_slow_bf16(trainer)
+        cpu_precision.warn_if_slow_bf16(trainer, resumes)
     messages = [str(w.message) for w in caught if "bf16 instructions" in str(w.message)]
     if precision == "bf16-mixed" and not native:
         assert len(messages) == 1 and "--trainer.precision 32-true" in messages[0]
+        assert ("--model.pretrained_file" in messages[0]) == (resumes is not None)
+        assert resumes is None or f"--model.pretrained_file {resumes} " in messages[0]
     else:
         assert messages == []
 

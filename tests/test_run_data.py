@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from crate.data.digits import load_digits_tensors
 from crate.export import main as export_main
 from crate.interpret.__main__ import main as interpret_main
 from crate.interpret.loading import held_out_accuracy, load_run
-from crate.lit import MaskedAutoencoder, cli_main
+from crate.lit import MaskedAutoencoder, cli_main, cpu_precision
 from crate.models import CheckpointError, read_checkpoint
 from crate.run import read_record
 from crate.run.resume_check import recipe_changes
@@ -139,7 +140,7 @@ def test_checkpoints_of_another_module_kind_are_refused_before_anything_is_writt
 
 
 def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_resumes(
-    runs, tmp_path: Path, capsys
+    runs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resume restores the optimizer and the schedule, so a changed learning rate would be recorded (and put on
     the card) but not used, and a changed batch, augmentation or precision would hold for part of the run only:
@@ -160,9 +161,14 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
         (["--trainer.precision", "bf16-mixed"], "trainer.precision 32-true -> bf16-mixed"),  # the config sets none
     ]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    monkeypatch.setattr(cpu_precision, "cpu_has_native_bf16", lambda: False)  # bf16 would crawl here
     for extra, change in cases:
-        with pytest.raises(SystemExit) as exit_info:
+        with pytest.raises(SystemExit) as exit_info, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             cli_main([*args, *extra])
+        slow = [str(w.message) for w in caught if "without bf16 instructions" in str(w.message)]
+        # the warning's way out for a resume is a new run from its weights, as a resume keeps its precision
+        assert len(slow) == ("bf16-mixed" in extra) and all(f"--model.pretrained_file {ckpt} " in m for m in slow)
         err = capsys.readouterr().err
         errors = [line for line in err.splitlines() if "error:" in line]
         assert exit_info.value.code == 2 and len(errors) == 1 and "trained with other settings" in errors[0], err

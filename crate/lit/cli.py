@@ -309,7 +309,9 @@ class CrateCLI(LightningCLI):
             # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
             for callback in trainer.checkpoint_callbacks:
                 callback.save_last = False
-        warn_if_slow_bf16(trainer)
+        held = self.held_checkpoint
+        resuming = self.subcommand == "fit" and held is not None and held.source == "lightning"
+        warn_if_slow_bf16(trainer, held.path if resuming else None)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -20,13 +22,20 @@ def cpu_has_native_bf16() -> bool:
     return any(probe() for probe in probes)
 
 
-def warn_if_slow_bf16(trainer: L.Trainer) -> None:
+def warn_if_slow_bf16(trainer: L.Trainer, resumes: str | Path | None = None) -> None:
     """Warn when a run asks for bf16 on a CPU that has no bf16 instructions: it trains correctly, only many
-    times slower than in fp32, so the run is not refused but the way out is named."""
+    times slower than in fp32, so the run is not refused but the way out is named. A resume of a bf16 run
+    (``resumes``: its checkpoint) keeps its precision, so its way out is a new run from its weights."""
     on_cpu = trainer.strategy.root_device.type == "cpu"
     if on_cpu and str(trainer.precision).startswith("bf16") and not cpu_has_native_bf16():
+        way_out = "pass --trainer.precision 32-true"
+        if resumes is not None:
+            way_out = (
+                "a resume keeps the precision its run was trained with; to train on in fp32 from its weights, start "
+                f"a new run with --trainer.precision 32-true --model.pretrained_file {resumes} (and no --ckpt_path)"
+            )
         rank_zero_warn(
             f"precision {trainer.precision} on a CPU without bf16 instructions (torch reports "
             f"{torch.backends.cpu.get_cpu_capability()}): bf16 matmuls are emulated here and run many times slower "
-            "than fp32; pass --trainer.precision 32-true"
+            f"than fp32; {way_out}"
         )
