@@ -237,6 +237,12 @@ class CrateCLI(LightningCLI):
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
 
+    @property
+    def resumed(self) -> Checkpoint | None:
+        """The Lightning checkpoint ``fit --ckpt_path`` resumes, else None (a new run, or an evaluation)."""
+        held = self.held_checkpoint
+        return held if self.subcommand == "fit" and held is not None and held.source == "lightning" else None
+
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a value a constructor refuses is a one-line error (jsonargparse
         reports a DataModule's refusal buried in its union errors: the constructor's own error is raised).
@@ -264,10 +270,10 @@ class CrateCLI(LightningCLI):
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":
                 self.datamodule.require_split(self.datamodule.predict_split)
-        if self.subcommand == "fit" and self.held_checkpoint is not None and self.held_checkpoint.source == "lightning":
+        if self.resumed is not None:
             data_config = getattr(self.datamodule, "data_config", None)
-            check_resume_recipe(self.held_checkpoint, dict(self.model.hparams), data_config, self.trainer.precision)
-            keep_run_seed(config, self.held_checkpoint.path)
+            check_resume_recipe(self.resumed, dict(self.model.hparams), data_config, self.trainer.precision)
+            keep_run_seed(config, self.resumed.path)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)
         if self.held_checkpoint is not None and self.held_checkpoint.source == "lightning" and refuse_misfit:
             # before the trainer writes into the run's folder (its config, loggers): a checkpoint of other classes
@@ -309,9 +315,7 @@ class CrateCLI(LightningCLI):
             # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
             for callback in trainer.checkpoint_callbacks:
                 callback.save_last = False
-        held = self.held_checkpoint
-        resuming = self.subcommand == "fit" and held is not None and held.source == "lightning"
-        warn_if_slow_bf16(trainer, held.path if resuming else None)
+        warn_if_slow_bf16(trainer, self.resumed.path if self.resumed is not None else None)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
 
