@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
             dataset, row = evaluate_tag(tag, args.split, args.data_root)
         except FileNotFoundError as err:
             if args.tags:  # asked for by name: its data must be here
-                parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
+                parser.exit(
+                    2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}; --data-root DIR: where it lies now\n"
+                )
             # every shipped tag by default: one whose data is not on this machine (CIFAR-10 before
             # `make cifar10-data`) is left out, said so, and the others are written
             print(f"crate-results: skipped {tag}: its data is not here ({str(err).splitlines()[0]})", file=sys.stderr)

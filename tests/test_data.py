@@ -55,7 +55,10 @@ def test_image_folder_accepts_grayscale_and_rgb(tmp_path: Path) -> None:
 
 
 def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"lacks .*train.*val.*--data.root"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"lacks .*train.*val.*: the data root must be a folder holding train/<class>/<images> and val/",
+    ):
         ImageFolderDataModule(str(tmp_path / "nowhere"))
 
 

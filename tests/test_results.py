@@ -97,7 +97,10 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
         assert [row["model"] for row in csv.DictReader(handle)] == ["crate_nano_patch4_32.digits"]
     with pytest.raises(SystemExit) as exit_info:
         main(["--out-dir", str(tmp_path), "--tags", "vit_nano_patch4_32.digits"])
-    assert exit_info.value.code == 2 and "lacks data/cifar10/train" in capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2
+        and "lacks data/cifar10/train; --data-root DIR: where it lies now" in capsys.readouterr().err
+    )
 
 
 def test_a_run_that_can_score_no_tag_exits_non_zero_and_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:

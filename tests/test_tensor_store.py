@@ -88,7 +88,9 @@ def test_a_corrupt_store_is_one_error_that_says_to_delete_it(tmp_path: Path) -> 
 
 
 def test_missing_folder_mixed_sizes_and_unreadable_images_are_clear_errors(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"lacks .*train.*--data.root"):
+    with pytest.raises(
+        FileNotFoundError, match=r"lacks .*train.*: the data root must be a folder holding train/<class>/<images>"
+    ):
         StoredImageFolderDataModule(str(tmp_path / "nowhere"))
     write_image_folder(tmp_path, **STORE_FOLDER)
     odd = tmp_path / "val" / "class_0" / "big.jpg"

@@ -135,7 +135,7 @@ class FolderLayout:
         missing = [str(root / split) for split in ("train", "val") if not (root / split).is_dir()]
         if missing:
             raise FileNotFoundError(
-                f"ImageFolder root {root} lacks {', '.join(missing)}: give --data.root a folder holding "
+                f"ImageFolder root {root} lacks {', '.join(missing)}: the data root must be a folder holding "
                 "train/<class>/<images> and val/<class>/<images>"
             )
         classes = _class_names(root / "train")
