@@ -29,7 +29,7 @@ from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule
-from .data.folder import DataError
+from .data.folder import DataError, DataRootError
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
@@ -252,6 +252,8 @@ class CrateCLI(LightningCLI):
             super().instantiate_classes()
         except ValueError as err:
             cause = innermost_refusal(err, final=(CheckpointError, DataError))
+            if isinstance(cause, DataRootError):  # train.py's own flag for the root
+                raise DataRootError(f"{cause}; --data.root DIR: where it lies") from err
             if isinstance(cause, (CheckpointError, DataError, FileNotFoundError)):
                 raise cause from err
             raise ConfigError(str(cause)) from err

@@ -29,7 +29,7 @@ from .augmentation import Augmentation, check_device_augmentation, device_transf
 from .base import DataError, ImageDataModule
 from .folder_recipe import FolderRecipe, choose_recipe, survey_folder
 
-__all__ = ["DataError", "FolderLayout", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
+__all__ = ["DataError", "DataRootError", "FolderLayout", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
 
 IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
 
@@ -117,6 +117,10 @@ def _sampled_channels(root: Path, splits: list[str]) -> int:
     return 1
 
 
+class DataRootError(FileNotFoundError):
+    """A data root that lacks the splits the DataModule reads; each command adds the flag that sets the root."""
+
+
 @dataclass(frozen=True)
 class FolderLayout:
     """A checked ``root/{train,val[,test]}/<class>/<images>`` folder: its classes (train/'s), splits, channels
@@ -134,7 +138,7 @@ class FolderLayout:
             raise ValueError(f"in_chans must be 1, 3 or None (decided from the images), got {in_chans}")
         missing = [str(root / split) for split in ("train", "val") if not (root / split).is_dir()]
         if missing:
-            raise FileNotFoundError(
+            raise DataRootError(
                 f"ImageFolder root {root} lacks {', '.join(missing)}: the data root must be a folder holding "
                 "train/<class>/<images> and val/<class>/<images>"
             )
