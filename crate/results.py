@@ -35,6 +35,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
 
 import crate.models  # noqa: F401  (registers the zoo)
+from crate.lit.data.folder import DataRootError
 from crate.model_card import card_markdown
 from crate.models import read_checkpoint
 from crate.run import held_out_set, held_out_topk, read_record
@@ -170,9 +171,8 @@ def main(argv: list[str] | None = None) -> None:
             dataset, row = evaluate_tag(tag, args.split, args.data_root)
         except FileNotFoundError as err:
             if args.tags:  # asked for by name: its data must be here
-                parser.exit(
-                    2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}; --data-root DIR: where it lies now\n"
-                )
+                flag = "; --data-root DIR: where it lies now" if isinstance(err, DataRootError) else ""
+                parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}{flag}\n")
             # every shipped tag by default: one whose data is not on this machine (CIFAR-10 before
             # `make cifar10-data`) is left out, said so, and the others are written
             print(f"crate-results: skipped {tag}: its data is not here ({str(err).splitlines()[0]})", file=sys.stderr)

@@ -13,6 +13,7 @@ import torch
 
 import crate  # noqa: F401
 from crate.data.digits import load_digits_tensors
+from crate.lit.data.folder import DataRootError
 from crate.results import COLUMNS, main, record_on_card, shipped_tags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,10 +84,13 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
     import crate.results as results
 
     real = results.evaluate_tag
+    missing_weights = False
 
     def evaluate(tag: str, *args):
         if tag == "vit_nano_patch4_32.digits":  # stands for a CIFAR-10 tag before `make cifar10-data`
-            raise FileNotFoundError("ImageFolder root data/cifar10 lacks data/cifar10/train")
+            raise DataRootError("ImageFolder root data/cifar10 lacks data/cifar10/train")
+        if tag == "crate_nano_patch4_32.digits" and missing_weights:
+            raise FileNotFoundError("checkpoint file w.pt does not exist; check the path")
         return real(tag, *args)
 
     monkeypatch.setattr(results, "evaluate_tag", evaluate)
@@ -100,6 +104,12 @@ def test_a_shipped_tag_whose_data_is_not_here_is_skipped_by_name_unless_asked_fo
     assert (
         exit_info.value.code == 2
         and "lacks data/cifar10/train; --data-root DIR: where it lies now" in capsys.readouterr().err
+    )
+    missing_weights = True  # a missing weights file is no data-root problem: the flag is not offered
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.digits"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == (
+        "crate-results: error: crate_nano_patch4_32.digits: checkpoint file w.pt does not exist; check the path\n"
     )
 
 
