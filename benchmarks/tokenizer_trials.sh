@@ -8,7 +8,8 @@
 # both at once; crate_cct_lr2e3_wd002 and crate_cct_lr2e3_wd01 weight decay 0.02 and 0.1 at lr 2e-3;
 # crate_cct_lr3e3 and crate_cct_lr4e3 learning rates above 2e-3 (and *_seed1 a second seed of 2e-3 and 3e-3);
 # crate_cct_lr2e3_depth12 and crate_cct_lr2e3_width152 spend the rest of a 0.7 M budget on depth or width (and
-# *_width152_seed1 a second seed of the latter);
+# *_width152_seed1 a second seed of the latter); crate_cct_lr2e3_fp32 repeats crate_cct_lr2e3 in fp32 and
+# crate_cct_lr2e3_re025_fp32 adds random erasing to it;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
@@ -79,6 +80,11 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     crate_cct_lr2e3_width152) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' ;;
     crate_cct_lr2e3_width152_seed1) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' --seed_everything 1 \
       --data.init_args.seed 1 ;;
+    # fp32 on CPUs without bf16 instructions (where bf16 is emulated and 3-4x slower): crate_cct_lr2e3 in fp32,
+    # and random erasing (CCT's 0.25, timm's const mode) on it, the one recipe part of CCT's not yet tried here
+    crate_cct_lr2e3_fp32) cct --model.lr 2e-3 --trainer.precision 32-true ;;
+    crate_cct_lr2e3_re025_fp32) cct --model.lr 2e-3 --trainer.precision 32-true \
+      --data.init_args.augmentation.re_prob 0.25 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
     crate_alpha_cct) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 ;;
     cbt_cct) run "$trial" --model.model_name cbt_cct4_3x2_32 ;;
