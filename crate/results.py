@@ -37,7 +37,7 @@ from torchvision.datasets import ImageFolder
 import crate.models  # noqa: F401  (registers the zoo)
 from crate.lit.data.folder import DataRootError
 from crate.model_card import card_markdown
-from crate.models import read_checkpoint
+from crate.models import check_model_name, read_checkpoint
 from crate.run import held_out_set, held_out_topk, read_record
 from crate.run.held_out import check_label_names
 
@@ -96,7 +96,9 @@ def timm_test_set(root: Path, model: torch.nn.Module) -> Dataset:
 
 def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> tuple[str, dict[str, Any]]:
     """(dataset name, the tag's row) on the validation split its file records, or with ``split="test"`` on the
-    ``test/`` folder beside that data (``data_root``: where it lies now)."""
+    ``test/`` folder beside that data (``data_root``: where it lies now). A name timm does not know raises a
+    ValueError that names the close matches or the architecture's tags."""
+    check_model_name(tag, pretrained=True, files_too=False)
     model = timm.create_model(tag, pretrained=True).eval()
     data_config = read_record(read_checkpoint(model.pretrained_cfg["file"])).data_config
     if data_config is None:

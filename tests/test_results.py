@@ -68,6 +68,22 @@ def test_tags_asked_for_by_name_replace_their_rows_and_keep_the_others(tmp_path:
     assert float(after[0]["top1"]) >= float(after[1]["top1"])  # still best first
 
 
+@pytest.mark.parametrize(
+    ("tag", "named"),
+    [
+        ("crate_cct4_3x2_32.cifar1O", "crate_cct4_3x2_32.cifar10"),  # a typo: its tags are named
+        ("crate_cct4_3x2_23.cifar10", "crate_cct4_3x2_32.cifar10"),  # an unknown model: the close matches
+    ],
+)
+def test_a_misspelt_tag_is_refused_with_the_names_that_exist(tmp_path: Path, capsys, tag: str, named: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", tag])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and named in err
+    assert "checkpoint file" not in err  # crate-results scores tags only: no file to offer
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
     from hub_cache import serve_offline
 

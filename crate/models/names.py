@@ -14,10 +14,11 @@ def pretrained_tags(arch: str) -> list[str]:
     return timm.list_pretrained(f"{arch}.*")
 
 
-def check_model_name(name: str, pretrained: bool = False) -> None:
+def check_model_name(name: str, pretrained: bool = False, files_too: bool = True) -> None:
     """Raise a ValueError that names what exists when timm knows no model ``name`` (close matches among
     the models and tags), when ``name`` carries a tag its architecture does not have (its tags), or, with
-    ``pretrained``, when it names an architecture without weights of its own (its tags, or none)."""
+    ``pretrained``, when it names an architecture without weights of its own (its tags, or none).
+    ``files_too``: the caller also takes a checkpoint file, and the message offers one."""
     arch, _, tag = name.partition(".")
     if not timm.is_model(arch):
         known = timm.list_models() + timm.list_pretrained()
@@ -31,6 +32,7 @@ def check_model_name(name: str, pretrained: bool = False) -> None:
     if tag and name in tags or not tag and (not pretrained or timm.is_model_pretrained(arch)):
         return
     if not tags:
-        raise ValueError(f"{arch} has no pretrained weights: give a checkpoint file for it")
+        raise ValueError(f"{arch} has no pretrained weights" + (": give a checkpoint file for it" if files_too else ""))
     what = f"has no pretrained tag {tag!r}" if tag else "names no weights by itself"
-    raise ValueError(f"{arch} {what}: pick one of its tags ({', '.join(tags)}) or give a checkpoint file")
+    file_hint = " or give a checkpoint file" if files_too else ""
+    raise ValueError(f"{arch} {what}: pick one of its tags ({', '.join(tags)}){file_hint}")
