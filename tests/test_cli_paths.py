@@ -350,3 +350,38 @@ def test_the_gpu_layer_turns_a_cifar10_recipe_into_the_one_gpu_recipe(member: st
     assert cli.model.hparams.lr == alone.model.hparams.lr  # the member's own, read at batch 128
     assert cli.model.hparams.ema_decay == alone.model.hparams.ema_decay
     assert cli.trainer.max_epochs == 200 and cli.datamodule.augmentation == alone.datamodule.augmentation
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+    """A nested YAML mapping as dotted keys and their values."""
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "layer", sorted((REPO / "configs" / "cifar10" / "gpu_window").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, tmp_path: Path) -> None:
+    """A queue job's recipe layer, last over a member's one-GPU recipe: every value the file writes is the run's,
+    and every setting it does not write is the recipe's without it."""
+    import yaml
+
+    from crate.lit import cli_main
+
+    recipe = REPO / "configs" / "cifar10" / "crate_cct4_3x2_32.yaml"
+    base = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
+    rest = ["--log_root", str(tmp_path / "logs"), "--trainer.accelerator", "cpu"]
+    with_layer = cli_main([*base, "--config", str(layer), *rest], run=False).config
+    without = cli_main([*base, *rest], run=False).config
+    written = _leaves(yaml.safe_load(layer.read_text()))
+    assert written
+    for key, value in written.items():
+        assert with_layer[key] == value, key
+    for key, value in _leaves(without.as_dict()).items():
+        if key not in written and key not in ("config", "log_root"):  # the files given, and where logs go
+            assert _leaves(with_layer.as_dict()).get(key) == value, key
