@@ -129,6 +129,16 @@ def test_a_head_reset_drops_the_files_class_names(folder_run) -> None:
     assert model.num_classes == 5 and not model.pretrained_cfg.get("label_names")
 
 
+def test_a_head_reset_on_a_shipped_tag_drops_the_tags_class_names() -> None:
+    """timm's rule for a tag with another ``num_classes`` (the backbone loaded, the head new): the tag's class
+    names no longer name the outputs, so they go; with the tag's own count they stay."""
+    kept = timm.create_model("crate_nano_patch4_32.digits", pretrained=True, num_classes=10)
+    assert kept.pretrained_cfg["label_names"] == tuple(str(digit) for digit in range(10))
+    reset = timm.create_model("crate_nano_patch4_32.digits", pretrained=True, num_classes=5)
+    assert reset.num_classes == 5 and not reset.pretrained_cfg.get("label_names")
+    assert torch.equal(reset.patch_embed.proj.weight, kept.patch_embed.proj.weight)  # the backbone still loaded
+
+
 class _StopAfter(L.Callback):
     """Stops the fit after ``steps`` optimizer steps, as ``--trainer.max_time`` or an interruption would."""
 

@@ -381,7 +381,9 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
         if values and len(values) != chans:
             overlay[key] = (sum(values) / len(values),) * chans
     labels = checkpoint.label_names
-    if labels and len(labels) == checkpoint.num_classes == kwargs.get("num_classes", checkpoint.num_classes):
+    if kwargs.get("num_classes", checkpoint.num_classes) != checkpoint.num_classes:
+        overlay["label_names"] = None  # a new head: the tag's class names no longer name its outputs
+    elif labels and len(labels) == checkpoint.num_classes:
         overlay.setdefault("label_names", checkpoint.label_names)
     if from_overlay and "num_classes" not in overlay:
         # a file given with num_classes is taken to hold that many classes: a mismatch is then an error
