@@ -8,7 +8,8 @@
 # both at once; crate_cct_lr2e3_wd002 and crate_cct_lr2e3_wd01 weight decay 0.02 and 0.1 at lr 2e-3;
 # crate_cct_lr3e3 and crate_cct_lr4e3 learning rates above 2e-3 (and *_seed1 a second seed of 2e-3 and 3e-3);
 # crate_cct_lr2e3_depth12 and crate_cct_lr2e3_width152 spend the rest of a 0.7 M budget on depth or width (and
-# *_width152_seed1 a second seed of the latter); crate_cct_lr2e3_fp32 repeats crate_cct_lr2e3 in fp32 and
+# *_width152_seed1 a second seed of the latter); crate_cct_lr2e3_fp32 repeats crate_cct_lr2e3 in fp32 (within
+# 1 point of bf16, so on a CPU without bf16 instructions a trial runs in fp32: --trainer.precision 32-true) and
 # crate_cct_lr2e3_re025_fp32 adds random erasing to it;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
