@@ -81,7 +81,7 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     crate_cct_lr2e3_width152) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' ;;
     crate_cct_lr2e3_width152_seed1) cct --model.lr 2e-3 --model.model_kwargs '{embed_dim: 152}' --seed_everything 1 \
       --data.init_args.seed 1 ;;
-    # fp32 on CPUs without bf16 instructions (where bf16 is emulated and 3-4x slower): crate_cct_lr2e3 in fp32,
+    # fp32 on CPUs without bf16 instructions (where bf16 is emulated and about twice as slow): crate_cct_lr2e3 in fp32,
     # and random erasing (CCT's 0.25, timm's const mode) on it, the one recipe part of CCT's not yet tried here
     crate_cct_lr2e3_fp32) cct --model.lr 2e-3 --trainer.precision 32-true ;;
     crate_cct_lr2e3_re025_fp32) cct --model.lr 2e-3 --trainer.precision 32-true \

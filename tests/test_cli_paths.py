@@ -382,6 +382,7 @@ def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, t
     assert written
     for key, value in written.items():
         assert with_layer[key] == value, key
+    layered = _leaves(with_layer.as_dict())
     for key, value in _leaves(without.as_dict()).items():
         if key not in written and key not in ("config", "log_root"):  # the files given, and where logs go
-            assert _leaves(with_layer.as_dict()).get(key) == value, key
+            assert layered.get(key) == value, key
