@@ -372,10 +372,19 @@ def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, t
     import yaml
 
     from crate.lit import cli_main
+    from crate.models.shipped import CIFAR10_CLASSES
 
+    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
     recipe = REPO / "configs" / "cifar10" / "crate_cct4_3x2_32.yaml"
     base = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
-    rest = ["--log_root", str(tmp_path / "logs"), "--trainer.accelerator", "cpu"]
+    rest = [
+        "--data.root",
+        str(tmp_path / "images"),
+        "--log_root",
+        str(tmp_path / "logs"),
+        "--trainer.accelerator",
+        "cpu",
+    ]
     with_layer = cli_main([*base, "--config", str(layer), *rest], run=False).config
     without = cli_main([*base, *rest], run=False).config
     written = _leaves(yaml.safe_load(layer.read_text()))
