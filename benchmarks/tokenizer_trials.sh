@@ -10,7 +10,8 @@
 # crate_cct_lr2e3_depth12 and crate_cct_lr2e3_width152 spend the rest of a 0.7 M budget on depth or width (and
 # *_width152_seed1 a second seed of the latter); crate_cct_lr2e3_fp32 repeats crate_cct_lr2e3 in fp32 (within
 # 1 point of bf16, so on a CPU without bf16 instructions a trial runs in fp32: --trainer.precision 32-true) and
-# crate_cct_lr2e3_re025_fp32 adds random erasing to it, crate_cct_lr2e3_mix_fp32 Mixup and CutMix;
+# crate_cct_lr2e3_re025_fp32 adds random erasing to it, crate_cct_lr2e3_mix_fp32 Mixup and CutMix,
+# crate_cct_lr2e3_dp01_fp32 stochastic depth 0.1, crate_cct_lr2e3_warm2_fp32 a 2-epoch warm-up instead of 5;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
@@ -90,6 +91,10 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     # the reduced-scale reading of the GPU queue's crate_cct4_200_epochs_cct_mixing
     crate_cct_lr2e3_mix_fp32) cct --model.lr 2e-3 --trainer.precision 32-true \
       --data.init_args.mixing.mixup_alpha 0.8 --data.init_args.mixing.cutmix_alpha 1.0 --data.init_args.mixing.epochs 29 ;;
+    # stochastic depth 0.1 (CCT's models' default), and a warm-up of 2 of the 50 epochs instead of 5 (CCT warms up
+    # for 10 of 300: 1.7 of 50)
+    crate_cct_lr2e3_dp01_fp32) cct --model.lr 2e-3 --trainer.precision 32-true --model.drop_path_rate 0.1 ;;
+    crate_cct_lr2e3_warm2_fp32) cct --model.lr 2e-3 --trainer.precision 32-true --model.warmup_epochs 2 ;;
     # CRATE-alpha's and CBT's layers on the same tokenizer and pooling (matched to CCT-4/3x2's count)
     crate_alpha_cct) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 ;;
     cbt_cct) run "$trial" --model.model_name cbt_cct4_3x2_32 ;;
