@@ -418,6 +418,45 @@ def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
     assert not (tmp_path / "report").exists()
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--eps-official", "-1", "-1 is not a precision: give a finite number above 0"),
+        ("--eps-paper", "nan", "nan is not a precision: give a finite number above 0"),
+        ("--eps-paper", "0", "0 is not a precision: give a finite number above 0"),
+        ("--probe-images", "0", "0 is not a count of images: give 1 or more"),
+        ("--sample-images", "-5", "-5 is not a count of images: give 1 or more"),
+        ("--images", "0", "0 is not a count of images: give 1 or more"),
+        ("--images", "two", "'two' is not a whole number"),
+    ],
+)
+def test_a_count_or_precision_out_of_range_is_one_line_before_anything_loads(
+    flag: str, value: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A negative or non-finite eps would give coding rates of another precision (eps enters squared) or NaN,
+    and a count below 1 an empty sample; each is refused by name before a model is loaded."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--model", "crate_nano_patch4_32.digits", "--out", str(tmp_path / "report"), flag, value])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == f"crate-interpret: error: argument {flag}: {expected}"
+    assert "loading" not in captured.out and not (tmp_path / "report").exists()
+
+
+def test_a_training_sample_of_one_class_is_refused_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One sampled training image is one class: the linear probe cannot be fitted, and the error says which
+    setting gives it more."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["--model", "crate_nano_patch4_32.digits", "--out", str(tmp_path / "report"), "--sample-images", "1"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "training images sampled (1) hold one class only" in error and "--sample-images" in error
+    assert not (tmp_path / "report").exists()
+
+
 def test_the_layerwise_figure_draws_each_model_beside_its_controls() -> None:
     """From the committed CIFAR-10 report's numbers: a panel per model with the attention step's change of
     R^c trained, untrained and along every control's direction at full step, and a panel of the slopes at 0,

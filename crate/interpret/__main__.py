@@ -13,6 +13,7 @@ digits with their default split, and says so.
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 import yaml
@@ -38,6 +39,28 @@ def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[st
                 parser.error(f"{key} needs a value")
         overrides[key[len("--data.") :]] = yaml.safe_load(value)
     return overrides
+
+
+def positive_count(text: str) -> int:
+    """A count of images: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a count of images: give 1 or more")
+    return value
+
+
+def positive_eps(text: str) -> float:
+    """A coding-rate precision: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a precision: give a finite number above 0")
+    return value
 
 
 def say(message: str) -> None:
@@ -79,13 +102,17 @@ def main(argv: list[str] | None = None) -> None:
         help="another model to compare (CHECKPOINT '-' for a pretrained tag); repeat for more",
     )
     parser.add_argument("--masks", default=None, help="folder of foreground masks mirroring the data's val/ folder")
-    parser.add_argument("--eps-official", type=float, default=0.01, help="eps of the official convention")
-    parser.add_argument("--eps-paper", type=float, default=0.5, help="eps of the paper convention")
-    parser.add_argument("--probe-images", type=int, default=128, help="validation images for rates and lenses")
-    parser.add_argument("--images", type=int, default=4, help="dataset images in the attention and PCA figures")
+    parser.add_argument("--eps-official", type=positive_eps, default=0.01, help="eps of the official convention")
+    parser.add_argument("--eps-paper", type=positive_eps, default=0.5, help="eps of the paper convention")
+    parser.add_argument(
+        "--probe-images", type=positive_count, default=128, help="validation images for rates and lenses"
+    )
+    parser.add_argument(
+        "--images", type=positive_count, default=4, help="dataset images in the attention and PCA figures"
+    )
     parser.add_argument(
         "--sample-images",
-        type=int,
+        type=positive_count,
         default=2000,
         help="training and validation images the lenses and probes read, a seeded sample of each split "
         "(accuracy always reads the whole validation split)",
@@ -104,7 +131,13 @@ def main(argv: list[str] | None = None) -> None:
                 say(f"{name}: its file records no data; evaluating on the digits (default split)")
             data = resolve_data(args.data, recorded, overrides)
             label = name if name not in models else f"{name} (2)"
-            models[label] = (model, load_data(data, model, limit=args.sample_images, masks=args.masks))
+            evaluation = load_data(data, model, limit=args.sample_images, masks=args.masks)
+            if len(evaluation.train_labels.unique()) < 2:
+                raise ValueError(
+                    f"the training images sampled ({len(evaluation.train_labels)}) hold one class only, and the "
+                    "probes need two or more: give --sample-images a larger count"
+                )
+            models[label] = (model, evaluation)
         results = write_report(
             models,
             args.out,
