@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 import torch
 import yaml
@@ -41,26 +42,30 @@ def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[st
     return overrides
 
 
-def positive_count(text: str) -> int:
-    """A count of images: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a count of images: give 1 or more")
-    return value
+def _checked(
+    convert: Callable[[str], float], kind: str, fits: Callable[[float], bool], wanted: str
+) -> Callable[[str], float]:
+    """An argparse type: ``convert`` the text (refused as not a ``kind``), then refuse a value ``fits`` rejects
+    with ``wanted``, what to give instead."""
+
+    def parse(text: str) -> float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{text} is not {wanted}")
+        return value
+
+    return parse
 
 
-def positive_eps(text: str) -> float:
-    """A coding-rate precision: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a precision: give a finite number above 0")
-    return value
+# a count of images: a whole number of at least 1
+positive_count = _checked(int, "whole number", lambda n: n >= 1, "a count of images: give 1 or more")
+# a coding-rate precision: a finite number above 0 (eps enters squared, so a negative one would pass for its size)
+positive_eps = _checked(
+    float, "number", lambda eps: math.isfinite(eps) and eps > 0, "a precision: give a finite number above 0"
+)
 
 
 def say(message: str) -> None:
