@@ -430,7 +430,7 @@ def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
         ("--images", "two", "'two' is not a whole number"),
     ],
 )
-def test_a_count_or_precision_out_of_range_is_one_line_before_anything_loads(
+def test_a_count_or_precision_out_of_range_is_refused_by_name_before_anything_loads(
     flag: str, value: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A negative or non-finite eps would give coding rates of another precision (eps enters squared) or NaN,
