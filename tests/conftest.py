@@ -27,6 +27,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def write_cifar10_like_folder(root: Path, per_class: int = 2) -> Path:
+    """A small stand-in for CIFAR-10 at ``root``: train/ and val/ of 32-pixel RGB PNGs under CIFAR-10's ten class
+    names, ``per_class`` images each; returns ``root``."""
+    from crate.models.shipped import CIFAR10_CLASSES
+
+    write_image_folder(root, CIFAR10_CLASSES, per_class=per_class, size=32, suffix=".png", gray=False, seed=1)
+    return root
+
+
 def run_train(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``train.py`` in a subprocess, as a user would, and return the finished process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "tests"))

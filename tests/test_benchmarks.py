@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_image_folder
+from conftest import write_cifar10_like_folder, write_image_folder
 
 from benchmarks import throughput
 from benchmarks.flops import flop_counter
@@ -189,9 +189,8 @@ def test_zoo_table_trains_every_cifar10_member_under_one_protocol(tmp_path: Path
 @pytest.mark.slow
 def test_zoo_table_on_cifar10_trains_the_cifar_recipes_on_the_given_folder(tmp_path: Path, monkeypatch) -> None:
     from benchmarks import zoo_table
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=3, size=32, suffix=".png", gray=False, seed=1)
+    write_cifar10_like_folder(tmp_path / "images", per_class=3)
     out = tmp_path / "zoo_cifar.md"
     args = ["--dataset", "cifar10", "--root", str(tmp_path / "images"), "--epochs", "1", "--seeds", "0"]
     args += ["--members", "vit_nano_patch4_32", "crate_nano_patch4_32_mlp", "--repeats", "1", "--out", str(out)]
@@ -208,9 +207,8 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     only for CRATE, the random init differs from the trained weights, and the file renders again from its
     JSON to the same text."""
     from benchmarks import controls_table
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
+    write_cifar10_like_folder(tmp_path / "images")
     out = tmp_path / "controls.md"
     argv = ["controls_table.py", "--tags", "crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"]
     argv += ["--images", "8", "--out", str(out), "--data.root", str(tmp_path / "images")]

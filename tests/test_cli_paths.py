@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_in_process, write_image_folder
+from conftest import REPO, run_in_process, write_cifar10_like_folder, write_image_folder
 from PIL import Image
 
 from crate.export import main as export_main
@@ -312,9 +312,8 @@ def test_cifar10_recipes_build_their_model_on_the_store_path(config: Path, tmp_p
     (a small folder of 32-pixel images stands in for CIFAR-10)."""
 
     from crate.lit import MaskedAutoencoder, StoredImageFolderDataModule, cli_main
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
+    write_cifar10_like_folder(tmp_path / "images")
     pretraining = config.stem.endswith("_pretrain")
     layers = ["--config", str(config)] if pretraining else ["--config", str(CIFAR10), "--config", str(config)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
@@ -336,9 +335,8 @@ def test_the_gpu_layer_turns_a_cifar10_recipe_into_the_one_gpu_recipe(member: st
     member's other settings kept (here on the CPU: the GPU accelerator overridden)."""
 
     from crate.lit import cli_main
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
+    write_cifar10_like_folder(tmp_path / "images")
     recipe = REPO / "configs" / "cifar10" / f"{member}.yaml"
     layers = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
     args = [*layers, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")]
@@ -372,19 +370,11 @@ def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, t
     import yaml
 
     from crate.lit import cli_main
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
+    images = write_cifar10_like_folder(tmp_path / "images")
     recipe = REPO / "configs" / "cifar10" / "crate_cct4_3x2_32.yaml"
     base = ["--config", str(CIFAR10), "--config", str(recipe), "--config", str(GPU_LAYER)]
-    rest = [
-        "--data.root",
-        str(tmp_path / "images"),
-        "--log_root",
-        str(tmp_path / "logs"),
-        "--trainer.accelerator",
-        "cpu",
-    ]
+    rest = ["--data.root", str(images), "--log_root", str(tmp_path / "logs"), "--trainer.accelerator", "cpu"]
     with_layer = cli_main([*base, "--config", str(layer), *rest], run=False).config
     without = cli_main([*base, *rest], run=False).config
     written = _leaves(yaml.safe_load(layer.read_text()))

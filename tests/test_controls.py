@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import REPO, write_image_folder
+from conftest import REPO, write_cifar10_like_folder
 
 import crate  # noqa: F401
 from crate.metrics import compression_responses, layerwise_values, summarise_responses, trace_model
@@ -254,9 +254,8 @@ def test_the_random_init_control_is_the_shipped_run_s_own_starting_weights(tmp_p
     from crate.interpret.controls import INIT_SEEDS, initialised
     from crate.interpret.loading import load_run
     from crate.lit import cli_main
-    from crate.models.shipped import CIFAR10_CLASSES
 
-    write_image_folder(tmp_path / "images", CIFAR10_CLASSES, per_class=2, size=32, suffix=".png", gray=False, seed=1)
+    write_cifar10_like_folder(tmp_path / "images")
     recipe = ["--config", str(REPO / "configs" / "cifar10.yaml")]
     recipe += ["--config", str(REPO / "configs" / "cifar10" / "crate_nano_patch4_32.yaml")]
     cli = cli_main([*recipe, "--data.root", str(tmp_path / "images"), "--log_root", str(tmp_path / "logs")], run=False)
