@@ -123,6 +123,35 @@ def test_checkpoint_of_another_architecture_is_a_clear_error(tmp_path: Path) -> 
         _load("crate_nano_patch4_32", tmp_path / "micro.pth", num_classes=10)
 
 
+@pytest.mark.parametrize(
+    ("saved", "built", "named"),
+    [
+        ("crate_nano_patch4_32", dict(depth=2), lambda m: f"depth={len(m.blocks)}"),
+        ("crate_nano_patch4_32", dict(embed_dim=64), lambda m: f"embed_dim={m.embed_dim}"),
+        ("crate_nano_patch4_32", dict(class_token=False, global_pool="avg"), lambda m: "class_token=True"),
+        ("crate_nano_patch4_32", dict(global_pool="seq"), lambda m: "global_pool='token' or 'avg'"),
+        ("crate_cct4_3x2_32", dict(global_pool="avg"), lambda m: "global_pool='seq'"),
+        ("vit_cct4_3x2_32", dict(global_pool="avg"), lambda m: "global_pool='seq'"),
+    ],
+)
+def test_a_checkpoint_built_with_other_arguments_names_them(tmp_path: Path, saved: str, built: dict, named) -> None:
+    """Building a model name with another depth, width or pooling than its file's is refused, and the error
+    names the argument the file was built with (read off the saved model, not the state dict)."""
+    model = timm.create_model(saved, num_classes=10)
+    torch.save(model.state_dict(), tmp_path / "saved.pth")
+    with pytest.raises(CheckpointError, match="does not fit") as raised:
+        _load(saved, tmp_path / "saved.pth", num_classes=10, **built)
+    assert f"build the model with the checkpoint's {named(model)} (leave such arguments out" in str(raised.value)
+
+
+def test_a_checkpoint_of_the_arguments_built_has_no_argument_to_name(tmp_path: Path) -> None:
+    state = timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict()
+    state["blocks.0.ista.weight"] = state["blocks.0.ista.weight"][:, :-1]  # a shape no build argument explains
+    torch.save(state, tmp_path / "odd.pth")
+    with pytest.raises(CheckpointError, match=r"Pick the matching model name\.$"):
+        _load("crate_nano_patch4_32", tmp_path / "odd.pth", num_classes=10)
+
+
 def test_checkpoint_with_missing_keys_is_a_clear_error(tmp_path: Path) -> None:
     state = timm.create_model("crate_nano_patch4_32", num_classes=10).state_dict()
     del state["blocks.2.ista.weight"]

@@ -60,6 +60,7 @@ def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, 
     proc = run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", str(bad))
     assert proc.returncode == 2
     assert "corrupt or truncated, or not a torch checkpoint" in proc.stderr
+    assert "It was left in place, and no other checkpoint is in its folder." in proc.stderr  # bad.ckpt is alone
     assert "Traceback" not in proc.stderr
 
 

@@ -83,10 +83,12 @@ def _check_readable(path: Path) -> Checkpoint:
         return read_checkpoint(path)
     except CheckpointError as err:
         others = sorted(str(p) for p in path.resolve().parent.glob("*.ckpt") if p.resolve() != path.resolve())
-        raise CheckpointError(
-            f"{err}. It was left in place, and so were the other checkpoints of the run: {others or 'none'}. "
-            "Pass one of them with --ckpt_path."
-        ) from err
+        rest = (
+            f"so were the other checkpoints in its folder: {others}. Pass one of them with --ckpt_path"
+            if others
+            else "no other checkpoint is in its folder"
+        )
+        raise CheckpointError(f"{err}. It was left in place, and {rest}.") from err
 
 
 def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "ImageClassifier") -> None:

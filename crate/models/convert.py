@@ -194,11 +194,48 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
             + ([f"missing {missing[:6]}"] if missing else [])
             + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
         )
+        settings = _settings_that_differ(state_dict, own)
+        advice = "Was it trained for another architecture or size? Pick the matching model name"
+        if settings:  # name the arguments too: a tag built with another depth or pooling than its own
+            advice += (
+                f", or build the model with the checkpoint's {', '.join(settings)} (leave such arguments out to "
+                "get the model name's own)"
+            )
+        advice += "."
         raise CheckpointError(
             f"the checkpoint does not fit {type(model).__name__} "
-            f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. "
-            "Was it trained for another architecture or size? Pick the matching model name."
+            f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. {advice}"
         )
+
+
+def _build_settings(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """What a zoo-layout state dict says of the arguments it was built with: depth (the number of
+    ``blocks.N``), embed_dim (the position embedding's width), class_token, and sequence pooling (timm's
+    ``attn_pool`` slot, or ``seq_pool``) as ``global_pool='seq'``."""
+    settings: dict[str, Any] = {}
+    blocks = {int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
+    if blocks:
+        settings["depth"] = max(blocks) + 1
+    if "pos_embed" in state_dict:
+        settings["embed_dim"] = int(state_dict["pos_embed"].shape[-1])
+    settings["class_token"] = "cls_token" in state_dict
+    settings["global_pool='seq'"] = any(k.startswith(("seq_pool.", "attn_pool.")) for k in state_dict)
+    return settings
+
+
+def _settings_that_differ(state_dict: Mapping[str, torch.Tensor], own: Mapping[str, torch.Tensor]) -> list[str]:
+    """The build arguments on which the checkpoint and the model differ, as the checkpoint has them
+    (e.g. ``depth=4``, ``class_token=False``), for an error that says which argument to change."""
+    theirs, ours = _build_settings(state_dict), _build_settings(own)
+    differ = []
+    for name, value in theirs.items():
+        if name not in ours or ours[name] == value:
+            continue
+        if name == "global_pool='seq'":
+            differ.append("global_pool='seq'" if value else "global_pool='token' or 'avg'")
+        else:
+            differ.append(f"{name}={value}")
+    return differ
 
 
 def to_zoo_layout(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
