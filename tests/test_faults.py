@@ -283,7 +283,7 @@ def test_evaluating_on_other_classes_is_refused_and_the_same_classes_elsewhere_a
     assert proc.returncode == 2, proc.stderr[-3000:]
     message = proc.stderr.strip().splitlines()
     assert len(message) == 1 and "trained on other classes" in message[0]
-    assert "classes ['class_0', 'class_1'] -> ['kind_a', 'kind_b']" in message[0]
+    assert "classes ['class_0', 'class_1'] -> ['kind_a', 'kind_b'] (missing ['class_0', 'class_1']; new" in message[0]
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
     with pytest.raises(SystemExit) as exit_info:

@@ -79,8 +79,14 @@ def test_an_accuracy_is_refused_where_the_data_s_labels_or_class_names_are_not_t
     model.pretrained_cfg = {"label_names": ("cat", "dog", "bird")}
     check_label_names(model, ["cat", "dog", "bird"], "data")  # the same names in the same order pass
     check_label_names(model, None, "data")  # data that names no classes: nothing to compare
-    with pytest.raises(ValueError, match=r"has the classes \['bird', 'cat', 'dog'\], but the model was trained"):
+    with pytest.raises(ValueError, match=r"has the classes \['bird', 'cat', 'dog'\], but the model was trained") as err:
         check_label_names(model, ["bird", "cat", "dog"], "data")  # same names, other label order
+    assert "(the same names in another order: label 0 is 'bird', not 'cat')" in str(err.value)
+    many = [f"class{i}" for i in range(10)]
+    model.pretrained_cfg = {"label_names": tuple(many)}
+    with pytest.raises(ValueError, match=r"^data has 10 classes \[class0, class1, class2, \.\.\.\], but") as err:
+        check_label_names(model, [*many[:3], "kitty", *many[4:]], "data")  # one folder renamed: shown in part
+    assert "(missing ['class3']; new ['kitty'])" in str(err.value)  # the difference, which the lists hide
     model.pretrained_cfg = {}
     check_label_names(model, ["a", "b", "c"], "data")  # a model without names: nothing to compare
 

@@ -23,6 +23,7 @@ from crate.models import CheckpointError
 __all__ = [
     "DIGITS",
     "check_label_names",
+    "class_difference",
     "datamodule_from_config",
     "describe_data",
     "held_out_accuracy",
@@ -166,10 +167,12 @@ def check_label_names(model: torch.nn.Module, classes: Any, data: str) -> None:
     both are known: every accuracy on it would score one class as another."""
     names = (getattr(model, "pretrained_cfg", None) or {}).get("label_names")
     if names and classes is not None and tuple(map(str, names)) != tuple(map(str, classes)):
+        theirs = ("the classes " if len(classes) <= 6 else "") + shown_classes(classes)  # not "the classes 10 classes"
         raise ValueError(
-            f"{data} has the classes {shown_classes(classes)}, but the model was trained on "
-            f"{shown_classes(names)}: its accuracy there would score one class as another. Give data with the "
-            "model's classes (the same class folders; the root may differ), or fine-tune it on this data first"
+            f"{data} has {theirs}, but the model was trained on "
+            f"{shown_classes(names)} ({class_difference(names, classes)}): its accuracy there would score one "
+            "class as another. Give data with the model's classes (the same class folders; the root may differ), "
+            "or fine-tune it on this data first"
         )
 
 
@@ -177,6 +180,22 @@ def shown_classes(names: Any) -> str:
     """Class names for a message: all of them up to six, else their count and the first three."""
     names = [str(name) for name in names]
     return str(names) if len(names) <= 6 else f"{len(names)} classes [{', '.join(names[:3])}, ...]"
+
+
+def class_difference(expected: Any, given: Any) -> str:
+    """Where two lists of class names differ, for a message that shows long lists only in part: the names
+    only one side has, or, for the same names in another order, the first label they disagree on."""
+    expected, given = [str(name) for name in expected], [str(name) for name in given]
+    missing = [name for name in expected if name not in given]
+    extra = [name for name in given if name not in expected]
+    parts = [f"missing {shown_classes(missing)}"] if missing else []
+    parts += [f"new {shown_classes(extra)}"] if extra else []
+    if not parts:
+        label = next((i for i, (a, b) in enumerate(zip(expected, given, strict=False)) if a != b), None)
+        if label is None:
+            return "the same names" if len(expected) == len(given) else "the same names, repeated"
+        parts = [f"the same names in another order: label {label} is {given[label]!r}, not {expected[label]!r}"]
+    return "; ".join(parts)
 
 
 @torch.no_grad()

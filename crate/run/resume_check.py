@@ -14,7 +14,7 @@ from typing import Any
 
 from crate.models import Checkpoint, CheckpointError
 
-from .held_out import shown_classes
+from .held_out import class_difference, shown_classes
 from .record import read_record, run_config
 
 __all__ = ["check_evaluation_data", "check_resume_data", "check_resume_recipe", "data_changes", "recipe_changes"]
@@ -44,11 +44,15 @@ def _shown(value: Any) -> str:
 
 def data_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: recorded -> current`` for every key both identities hold with different values."""
-    return [
-        f"{key} {_shown(recorded[key])} -> {_shown(current[key])}"
-        for key in recorded
-        if key in current and recorded[key] is not None and current[key] is not None and recorded[key] != current[key]
-    ]
+    changes = []
+    for key in recorded:
+        old, new = recorded[key], current.get(key)
+        if old is None or new is None or old == new:
+            continue
+        named = key == "classes" and isinstance(old, list) and isinstance(new, list)
+        difference = f" ({class_difference(old, new)})" if named else ""
+        changes.append(f"{key} {_shown(old)} -> {_shown(new)}{difference}")
+    return changes
 
 
 def _plain(value: Any) -> Any:
