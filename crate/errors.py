@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["innermost_refusal", "one_line"]
+import pydoc
+import re
+
+__all__ = ["innermost_refusal", "keys_help", "one_line", "parser_problem"]
 
 
 def innermost_refusal(
@@ -35,3 +38,46 @@ def one_line(err: BaseException) -> str:
         prefix = f"{type(err).__module__}.{type(err).__qualname__}: "
         message = last[len(prefix) :] if last.startswith(prefix) else last.partition(": ")[2] or last
     return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def parser_problem(message: str) -> str:
+    """jsonargparse's error for a command line or config, as one line that names what was wrong.
+
+    A key under a class chosen by ``class_path`` (``--data.*`` of a LightningCLI in subclass mode) fails as a
+    union of that class and ``None``: the message leads with "Does not validate against any of the Union
+    subtypes" and lists each subtype's own error below, the one that says what to change ("unrecognized
+    arguments: --augmentation.auto_augment=x", "Parser key "batch_size": Expected a <class 'int'>. Got value:
+    abc"). The line is the outer key, then each subtype's error that is not the ``None`` alternative, then
+    the value given where no error names it. Other messages are joined into one line as they are.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if len(lines) < 2 or lines[1] != "Does not validate against any of the Union subtypes":
+        return " ".join(lines)
+    errors: list[list[str]] = []
+    given = ""
+    inside = False
+    for line in lines[2:]:
+        if line == "Errors:":
+            inside = True
+        elif line.startswith("Given value:"):
+            given = line
+        elif line.startswith("Given value type:"):
+            inside = False
+        elif inside and line.startswith("- "):
+            errors.append([line[2:]])
+        elif inside and errors:
+            errors[-1].append(line)
+    kept = [" ".join(error) for error in errors if error != ["Expected a <class 'NoneType'>"]]
+    named = any("Got value" in error or "unrecognized arguments" in error for error in kept)
+    shown = given and not named and "NestedArg(" not in given  # a NestedArg repeats the option the line names
+    return " ".join([lines[0], "; ".join(kept) or lines[1]] + ([given] if shown else []))
+
+
+def keys_help(problem: str, program: str) -> str:
+    """The command that lists the keys a :func:`parser_problem` line is about: a class chosen by
+    ``class_path`` has its own (``fit --data.help CLASS``, where the class imports), everything else is in
+    ``fit --help``."""
+    found = re.match(r'Parser key "([\w.]+)": Problem with given class_path \'([\w.]+)\': (.*)', problem)
+    if found and pydoc.locate(found[2]) is not None:  # a class that imports (not a misspelt class_path)
+        return f"python {program} fit --{found[1]}.help {found[2]}"
+    return f"python {program} fit --help (or --print_config)"

@@ -144,18 +144,39 @@ def _one_line_error(proc, tmp_path: Path) -> str:
     return last
 
 
+_DATA_CLASS = "Parser key \"data\": Problem with given class_path 'crate.lit.DigitsDataModule': "
+_DATA_HELP = "train.py: the accepted keys: python train.py fit --data.help crate.lit.DigitsDataModule"
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "keys"),
     [
-        (["--trainer.max_epoch", "2"], "unrecognized arguments: --trainer.max_epoch"),  # no prefix matching
-        (["--model.lr_base_scale", "cubic"], "lr_base_scale must be 'sqrt' or 'linear'"),
+        (["--trainer.max_epoch", "2"], "unrecognized arguments: --trainer.max_epoch", "fit --help"),  # no prefix
+        (["--model.lr_base_scale", "cubic"], "lr_base_scale must be 'sqrt' or 'linear'", None),
+        # a key of the data module (chosen by class_path) fails as a union with None: the line names the key
+        (["--data.init_args.no_such_key", "1"], _DATA_CLASS + "Option 'no_such_key' is not accepted", _DATA_HELP),
+        (
+            ["--data.batch_size", "abc"],
+            _DATA_CLASS + "Parser key \"batch_size\": Expected a <class 'int'>. Got value: abc",
+            _DATA_HELP,
+        ),
+        (
+            ["--trainer.max_epochs", "x"],
+            "Parser key \"trainer.max_epochs\": Expected a <class 'int'> Given value: x",
+            "fit --help",
+        ),
     ],
-    ids=["abbreviated-key", "bad-lr-scale"],
+    ids=["abbreviated-key", "bad-lr-scale", "unknown-data-key", "bad-data-value", "bad-trainer-value"],
 )
-def test_mistakes_in_settings_are_one_line_with_status_2(tmp_path: Path, args: list[str], message: str) -> None:
+def test_mistakes_in_settings_are_one_line_with_status_2(
+    tmp_path: Path, args: list[str], message: str, keys: str | None
+) -> None:
     proc = run_in_process("fit", "--config", DEFAULT, "--log_root", str(tmp_path), *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not list(tmp_path.rglob("version_*"))
+    assert "Union subtypes" not in proc.stderr  # jsonargparse's lead line, which names no cause
+    if keys is not None:  # the line after the error says where the accepted keys are listed
+        assert keys in proc.stderr.strip().splitlines()[-1]
 
 
 def test_a_gpu_asked_for_on_a_machine_without_one_is_one_line(tmp_path: Path) -> None:

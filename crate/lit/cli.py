@@ -20,7 +20,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from crate.errors import innermost_refusal, one_line
+from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
@@ -442,9 +442,9 @@ def cli_main(
             raise SystemExit(SIGINT_EXIT) from None
         raise
     except ArgumentError as err:
-        message = str(err).strip().splitlines()
-        sys.stderr.write(f"{program}: error: {' '.join(line.strip() for line in message[:3])}\n")
-        sys.stderr.write(f"{program}: the accepted keys: python {program} fit --help (or --print_config)\n")
+        problem = parser_problem(str(err))
+        sys.stderr.write(f"{program}: error: {problem}\n")
+        sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program)}\n")
         raise SystemExit(2) from None
     except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
         _remove_if_empty(CrateCLI.run_dir)
