@@ -41,7 +41,16 @@ from crate.models import check_model_name, read_checkpoint
 from crate.run import held_out_set, held_out_topk, read_record
 from crate.run.held_out import check_label_names
 
-__all__ = ["COLUMNS", "dataset_name", "evaluate_tag", "main", "record_on_card", "shipped_tags", "timm_test_set"]
+__all__ = [
+    "COLUMNS",
+    "NoTestSplit",
+    "dataset_name",
+    "evaluate_tag",
+    "main",
+    "record_on_card",
+    "shipped_tags",
+    "timm_test_set",
+]
 
 COLUMNS = ("model", "img_size", "top1", "top1_err", "top5", "top5_err", "param_count", "crop_pct", "interpolation")
 
@@ -94,6 +103,10 @@ def timm_test_set(root: Path, model: torch.nn.Module) -> Dataset:
     return dataset
 
 
+class NoTestSplit(ValueError):
+    """A tag whose data has no test split (scikit-learn's digits: train and validation only)."""
+
+
 def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> tuple[str, dict[str, Any]]:
     """(dataset name, the tag's row) on the validation split its file records, or with ``split="test"`` on the
     ``test/`` folder beside that data (``data_root``: where it lies now). A name timm does not know raises a
@@ -102,11 +115,11 @@ def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> 
     model = timm.create_model(tag, pretrained=True).eval()
     data_config = read_record(read_checkpoint(model.pretrained_cfg["file"])).data_config
     if data_config is None:
-        raise ValueError(f"{tag}: its file records no data config; re-export it with crate.export")
+        raise ValueError("its file records no data config; re-export it with crate.export")
     if split == "test":
         root = data_root or (data_config.get("init_args") or {}).get("root")
         if root is None:
-            raise FileNotFoundError(f"{tag}: its data ({data_config['class_path']}) has no test folder")
+            raise NoTestSplit(f"its data ({data_config['class_path']}) has no test split: score it with --split val")
         dataset = timm_test_set(Path(root), model)
     else:
         overrides = {"root": data_root} if data_root else None
@@ -159,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-root", default=None, help="where the tags' data lies now, if it moved")
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
     args = parser.parse_args(argv)
+    if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():  # before any card is written
+        parser.error(f"--out-dir {args.out_dir} is a file: give the folder the results-<dataset>.csv files go in")
     tags = args.tags or shipped_tags()
     encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:
@@ -178,6 +193,11 @@ def main(argv: list[str] | None = None) -> None:
             # every shipped tag by default: one whose data is not on this machine (CIFAR-10 before
             # `make cifar10-data`) is left out, said so, and the others are written
             print(f"crate-results: skipped {tag}: its data is not here ({str(err).splitlines()[0]})", file=sys.stderr)
+            continue
+        except NoTestSplit as err:
+            if args.tags:
+                parser.exit(2, f"crate-results: error: {tag}: {err}\n")
+            print(f"crate-results: skipped {tag}: {err}", file=sys.stderr)  # every shipped tag: digits among them
             continue
         except (RuntimeError, ValueError) as err:
             parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")

@@ -145,6 +145,43 @@ def test_a_run_that_can_score_no_tag_exits_non_zero_and_writes_nothing(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_data_without_a_test_split_is_named_once_and_skipped_among_all_tags(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Digits has train and validation only: asked for by name on ``--split test``, one line with the tag once;
+    among every shipped tag, skipped with the same reason (not "its data is not here")."""
+    import crate.results as results
+
+    tag = "crate_nano_patch4_32.digits"
+    reason = "its data (crate.lit.DigitsDataModule) has no test split: score it with --split val"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tags", tag, "--split", "test", "--out-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == f"crate-results: error: {tag}: {reason}\n"
+    monkeypatch.setattr(results, "shipped_tags", lambda: [tag])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--split", "test", "--out-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and f"crate-results: skipped {tag}: {reason}\n" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_dir_that_is_a_file_is_refused_before_any_tag_is_scored(tmp_path: Path, capsys, monkeypatch) -> None:
+    import crate.results as results
+
+    def evaluate(tag: str, *args):
+        raise AssertionError("scored before the output folder was checked")
+
+    monkeypatch.setattr(results, "evaluate_tag", evaluate)
+    (tmp_path / "results").write_text("a file")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tags", "crate_nano_patch4_32.digits", "--out-dir", str(tmp_path / "results")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"crate-results: error: --out-dir {tmp_path / 'results'} is a file: give the folder the "
+        "results-<dataset>.csv files go in"
+    )
+    assert (tmp_path / "results").read_text() == "a file"
+
+
 def test_the_test_split_is_scored_through_timm_and_written_on_the_card(tmp_path: Path, monkeypatch) -> None:
     """A stand-in of CIFAR-10's test folder: the figure equals the accuracy of the model on the images normalised
     by hand (32 px, crop 1, mean and std 0.5: the tag's own data config), and lands on a copy of the card."""
