@@ -42,6 +42,7 @@ from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, read_checkpoint
 from crate.models.checkpoint import LABEL_NAMES_KEY
+from crate.output_paths import check_output_folder
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
 from crate.run.record import DATA_CONFIG_KEY
 
@@ -168,6 +169,10 @@ def _check_targets(out: Path | None, hub: Path | None, dtype: str, overwrite: bo
         )
     if hub is not None and hub.exists() and (not hub.is_dir() or any(hub.iterdir())):
         raise ValueError(f"--hub-dir {hub} exists and is not an empty folder; give a new one")
+    if out is not None:
+        check_output_folder(out.parent, "--out", f"{out.name} and its card")
+    if hub is not None:
+        check_output_folder(hub.parent, "--hub-dir", "the hub folder")
 
 
 def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:

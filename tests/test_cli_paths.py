@@ -230,6 +230,21 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
     assert len(rows) == 4 and all(row["predicted_name"] == f"class_{row['predicted']}" for row in rows)
 
 
+def test_a_prediction_file_under_a_file_is_refused_before_predicting(tmp_path: Path, vit_run: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    output = tmp_path / "file" / "predictions.csv"
+    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
+    proc = run_in_process(
+        "predict", "--config", VIT, *QUIET, "--ckpt_path", ckpt, "--prediction_writer.output", str(output)
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"train.py: error: --prediction_writer.output {tmp_path / 'file'}: {tmp_path / 'file'} is a file, not a "
+        "folder; give a folder for predictions.csv"
+    ]
+    assert (tmp_path / "file").read_text() == "not a folder" and not (vit_run / "predictions.csv").exists()
+
+
 def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
     write_image_folder(tmp_path / "images", classes=2, per_class=2)
     (tmp_path / "images" / "train" / "class_2").mkdir()

@@ -196,6 +196,24 @@ def test_export_onto_an_existing_file_keeps_it_unless_told_and_hub_files_share_o
     assert set(modes.values()) == {0o666 & ~umask}, modes  # what open() gives every other file
 
 
+@pytest.mark.parametrize("flag", ["--out", "--hub-dir"])
+def test_an_export_under_a_file_is_refused_before_the_checkpoint_is_read(
+    lightning_run, tmp_path: Path, capsys, flag: str
+) -> None:
+    run, _ = lightning_run
+    (tmp_path / "file").write_text("not a folder")
+    target = tmp_path / "file" / ("x.safetensors" if flag == "--out" else "hub")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(run / "checkpoints" / "last.ckpt"), flag, str(target)])
+    assert exit_info.value.code == 2
+    what = "x.safetensors and its card" if flag == "--out" else "the hub folder"
+    assert capsys.readouterr().err == (
+        f"crate-export: error: {flag} {tmp_path / 'file'}: {tmp_path / 'file'} is a file, not a folder; give a folder "
+        f"for {what}\n"
+    )
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "file"] and (tmp_path / "file").read_text() == "not a folder"
+
+
 def test_a_bad_hub_folder_is_one_clear_error(lightning_run, tmp_path: Path) -> None:
     run, _ = lightning_run
     hub = tmp_path / "hub"

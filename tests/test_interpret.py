@@ -443,6 +443,22 @@ def test_a_count_or_precision_out_of_range_is_refused_by_name_before_anything_lo
     assert "loading" not in captured.out and not (tmp_path / "report").exists()
 
 
+def test_a_report_folder_under_a_file_is_refused_before_anything_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    for out in (tmp_path / "file", tmp_path / "file" / "report"):
+        with pytest.raises(SystemExit) as stopped:
+            main(["--model", "crate_nano_patch4_32.digits", "--out", str(out)])
+        assert stopped.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip().splitlines()[-1] == (
+            f"crate-interpret: error: --out {out}: {tmp_path / 'file'} is a file, not a folder; give a folder for "
+            "the report"
+        )
+        assert "loading" not in captured.out and (tmp_path / "file").read_text() == "not a folder"
+
+
 def test_a_training_sample_of_one_class_is_refused_naming_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -175,9 +175,10 @@ def test_an_out_dir_that_is_a_file_is_refused_before_any_tag_is_scored(tmp_path:
     with pytest.raises(SystemExit) as exit_info:
         main(["--tags", "crate_nano_patch4_32.digits", "--out-dir", str(tmp_path / "results")])
     assert exit_info.value.code == 2
+    results_file = tmp_path / "results"
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"crate-results: error: --out-dir {tmp_path / 'results'} is a file: give the folder the "
-        "results-<dataset>.csv files go in"
+        f"crate-results: error: --out-dir {results_file}: {results_file} is a file, not a folder; give a folder for "
+        "the results"
     )
     assert (tmp_path / "results").read_text() == "a file"
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import yaml
 from timm.data import resolve_data_config
 
 from crate.models import CheckpointError
+from crate.output_paths import blocking_file
 
 from .loading import load_data, load_run, resolve_data
 from .report import write_report
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
         "(accuracy always reads the whole validation split)",
     )
     args, rest = parser.parse_known_args(argv)
+    if (file := blocking_file(Path(args.out))) is not None:  # before minutes of evaluation
+        parser.error(f"--out {args.out}: {file} is a file, not a folder; give a folder for the report")
     overrides = _data_overrides(parser, rest)
     pairs = [(args.model, args.checkpoint)] + [tuple(pair) for pair in args.compare or []]
     try:

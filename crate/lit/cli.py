@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
@@ -235,7 +236,7 @@ class CrateCLI(LightningCLI):
         if self.subcommand in refused:
             raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
         config = self.config[self.subcommand] if self.subcommand else self.config
-        check_log_root(Path(config["log_root"]))
+        check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
 
@@ -360,11 +361,16 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
         )
 
 
-def check_log_root(log_root: Path) -> None:
-    """Refuse a ``--log_root`` that cannot become a folder (it, or a folder above it, is a file)."""
-    for folder in (log_root, *log_root.parents):
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"--log_root {log_root}: {folder} is a file, not a folder; give a folder for the logs")
+def check_output_paths(config: Any, subcommand: str | None) -> None:
+    """Refuse a ``--log_root``, or for ``predict`` a ``--prediction_writer.output`` folder, that cannot become a
+    folder (it, or a folder above it, is a file), before anything is built or predicted."""
+    try:
+        check_output_folder(config["log_root"], "--log_root", "the logs")
+        output = (config.get("prediction_writer") or {}).get("output")
+        if subcommand == "predict" and output:
+            check_output_folder(Path(output).parent, "--prediction_writer.output", "predictions.csv")
+    except OutputPathError as err:
+        raise ConfigError(str(err)) from None
 
 
 def check_finite_run(trainer: Any) -> None:

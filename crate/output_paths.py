@@ -1,0 +1,26 @@
+"""Where a command writes, checked before it reads or computes anything: a path that cannot become a folder
+(it, or a folder above it, is a file) is refused by name instead of failing with ``FileExistsError`` or
+``NotADirectoryError`` after the work was done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["OutputPathError", "blocking_file", "check_output_folder"]
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written, with the flag that sets it."""
+
+
+def blocking_file(folder: Path) -> Path | None:
+    """The file that keeps ``folder`` from being created or used as a folder: ``folder`` itself or a folder
+    above it that exists and is not a folder; None where there is none."""
+    folder = Path(folder)
+    return next((path for path in (folder, *folder.parents) if path.exists() and not path.is_dir()), None)
+
+
+def check_output_folder(folder: str | Path, flag: str, what: str) -> None:
+    """Refuse ``folder`` (given with ``flag``, to hold ``what``) where a file stands in its place."""
+    if (file := blocking_file(Path(folder))) is not None:
+        raise OutputPathError(f"{flag} {folder}: {file} is a file, not a folder; give a folder for {what}")
