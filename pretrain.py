@@ -12,13 +12,18 @@ OBJECTIVES = {"mae": MaskedAutoencoder, "simdino": SelfDistillation}
 
 
 def objective_and_rest(argv: list[str]) -> tuple[str, list[str]]:
-    """``--objective NAME`` (or ``--objective=NAME``) before the subcommand, and the arguments for the CLI."""
-    if argv[:1] == ["--objective"] and len(argv) > 1:
-        name, rest = argv[1], argv[2:]
-    elif argv[:1] and argv[0].startswith("--objective="):
-        name, rest = argv[0].split("=", 1)[1], argv[1:]
-    else:
+    """``--objective NAME`` (or ``--objective=NAME``), before the subcommand or after it, and the arguments for
+    the CLI."""
+    at = next((i for i, arg in enumerate(argv) if arg == "--objective" or arg.startswith("--objective=")), None)
+    if at is None:
         return "mae", argv
+    if argv[at] == "--objective":
+        if at + 1 == len(argv):
+            sys.stderr.write(f"pretrain.py: error: --objective takes a name: one of {sorted(OBJECTIVES)}\n")
+            raise SystemExit(2)
+        name, rest = argv[at + 1], argv[:at] + argv[at + 2 :]
+    else:
+        name, rest = argv[at].split("=", 1)[1], argv[:at] + argv[at + 1 :]
     if name not in OBJECTIVES:
         sys.stderr.write(f"pretrain.py: error: unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}\n")
         raise SystemExit(2)

@@ -14,11 +14,20 @@ from pretrain import OBJECTIVES, objective_and_rest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_objective_is_read_before_the_subcommand() -> None:
+def test_the_objective_is_read_before_or_after_the_subcommand() -> None:
     assert OBJECTIVES == {"mae": MaskedAutoencoder, "simdino": SelfDistillation}
     assert objective_and_rest(["fit", "--config", "x.yaml"]) == ("mae", ["fit", "--config", "x.yaml"])
     assert objective_and_rest(["--objective", "simdino", "fit"]) == ("simdino", ["fit"])
     assert objective_and_rest(["--objective=mae", "validate"]) == ("mae", ["validate"])
+    # where a user of a LightningCLI puts every other flag: after the subcommand
+    assert objective_and_rest(["fit", "--objective", "simdino", "--config", "x.yaml"]) == (
+        "simdino",
+        ["fit", "--config", "x.yaml"],
+    )
+    assert objective_and_rest(["fit", "--config", "x.yaml", "--objective=simdino"]) == (
+        "simdino",
+        ["fit", "--config", "x.yaml"],
+    )
 
 
 def test_an_unknown_objective_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,6 +38,10 @@ def test_an_unknown_objective_is_one_line_and_status_2(capsys: pytest.CaptureFix
         capsys.readouterr().err.strip()
         == "pretrain.py: error: unknown objective 'byol'; choose one of ['mae', 'simdino']"
     )
+    with pytest.raises(SystemExit) as exit_info:
+        objective_and_rest(["fit", "--objective"])  # the name left out
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == "pretrain.py: error: --objective takes a name: one of ['mae', 'simdino']"
 
 
 def test_simdino_without_multi_crop_views_is_refused_in_one_line(tmp_path: Path) -> None:
