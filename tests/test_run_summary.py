@@ -160,6 +160,12 @@ def test_a_resumed_run_reports_the_best_and_the_wall_time_of_the_whole_run(tmp_p
     assert _summary_lines(first)["epochs"] + resumed["epochs"][1:] == through["epochs"]
     total = re.search(r"fit ended after 4 epochs, 16 steps, (\d+\.\d) s \((\d+\.\d) s since the resume\)", resumed_text)
     assert total is not None and float(total.group(1)) >= record["elapsed_s"] - 0.05 + float(total.group(2)) - 0.1
+    assert "nothing trained" not in first + resumed_text
+    # resumed once more with the same 4 epochs: Lightning trains nothing, and the summary says so and why
+    again = fit(tmp_path / "parts", ckpt_path=str(tmp_path / "parts" / "checkpoints" / "last.ckpt"))
+    assert "  nothing trained  the checkpoint had already trained 4 epochs of --trainer.max_epochs 4; raise " in again
+    value, epoch = re.search(r"best (\d\.\d{4}) at epoch (\d+)", through["best"]).groups()
+    assert f"val/acc          best {value} at epoch {epoch} (recorded in the checkpoint)" in again
 
 
 def test_the_epoch_training_loss_is_the_mean_of_the_epochs_steps(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ class RunSummary(Callback):
         self._epoch_start = 0.0
         self._best: tuple[float, int] | None = None
         self._carried_s = 0.0  # wall seconds of the run before the checkpoint it resumed from
+        self._trained = False  # whether this fit ran the training loop at all
 
     def _monitor(self, pl_module: L.LightningModule) -> tuple[str, str]:
         return getattr(pl_module, "checkpoint_monitor", ("val/acc", "max"))
@@ -95,6 +96,10 @@ class RunSummary(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
         self._epoch_start = self._fit_start  # a run resumed mid-epoch starts its first epoch without the hook
+        self._trained = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trained = True  # Lightning skips the training loop of a run that has already reached its end
 
     def elapsed(self) -> float:
         """Wall seconds of the run: before its last resume and since."""
@@ -159,10 +164,20 @@ class RunSummary(Callback):
         ]
         if trainer.log_dir:
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")
+        if not self._trained:  # a resume whose checkpoint had already reached max_epochs / max_steps
+            by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
+            limit = "max_steps" if by_steps else "max_epochs"
+            done = _count(trainer.global_step, "step") if by_steps else _count(trainer.current_epoch, "epoch")
+            lines.append(
+                f"  nothing trained  the checkpoint had already trained {done} of --trainer.{limit} "
+                f"{getattr(trainer, limit)}; raise --trainer.{limit} to train on"
+            )
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
             lines.append(f"  {name:<16} last {last:.4f}{best}")
+        elif self._best is not None:  # no validation in this session: the best the checkpoint recorded
+            lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
         baseline = next((c.scores for c in trainer.callbacks if getattr(c, "scores", None) and c is not self), None)
         if baseline is not None and last is not None:
             lines.append(
