@@ -65,6 +65,38 @@ def test_learning_rate_follows_linear_warmup_then_cosine_per_step() -> None:
     assert recorder.lrs == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_resume_with_more_epochs_anneals_over_the_new_length(tmp_path: Path) -> None:
+    """Two epochs of 4 steps, then resumed with max_epochs 4: the 8 new updates follow the cosine over 16
+    updates (a transcription of the formula), not the floor the 8-update schedule reached, and the change is
+    said. The rate of each step is read off the optimizer before the step."""
+
+    def module() -> ImageClassifier:
+        return ImageClassifier(
+            "crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, min_lr_ratio=0.1, warmup_epochs=0
+        )
+
+    first, resumed = _RecordLR(), _RecordLR()
+    _fit(module(), steps=4, callbacks=[first], max_epochs=2, path=tmp_path / "two.ckpt")
+    trainer = L.Trainer(
+        max_epochs=4,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[resumed],
+    )
+    with pytest.warns(UserWarning, match=r"schedule spans 8 updates and this run's 16 \(another --trainer.max_epochs"):
+        trainer.fit(module(), DigitsDataModule(batch_size=8), ckpt_path=tmp_path / "two.ckpt")
+
+    def cosine(total: int, lr: float = 1e-3, low: float = 1e-4) -> list[float]:
+        return [low + 0.5 * (lr - low) * (1 + math.cos(math.pi * t / total)) for t in range(total)]
+
+    assert first.lrs == pytest.approx(cosine(8), rel=1e-9)
+    assert resumed.lrs == pytest.approx(cosine(16)[8:], rel=1e-9)  # the restored schedule would give 1e-4 eight times
+
+
 def test_optimizer_groups_skip_norms_biases_and_embeddings_and_apply_layer_decay() -> None:
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, weight_decay=0.05, layer_decay=0.5)
     trainer = _fit(module, steps=1)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 from torch import nn
 
-__all__ = ["TimmOptimization", "fused_kwargs"]
+__all__ = ["RunCosineSchedule", "TimmOptimization", "fused_kwargs"]
 
 _BETA_OPTIMIZERS = ("adam", "lion", "lamb", "adan", "adopt", "laprop")
 _FUSED_OPTIMIZERS = ("adam", "adamw")  # timm names of torch.optim.Adam / AdamW, which have a fused kernel
@@ -34,6 +34,27 @@ def fused_kwargs(optimizer: str, params: Any) -> dict[str, bool]:
         return {}
     devices = {(p.device.type, p.is_floating_point()) for p in params}
     return {"fused": True} if devices and devices <= {("cpu", True), ("cuda", True)} else {}
+
+
+class RunCosineSchedule(CosineLRScheduler):
+    """timm's ``CosineLRScheduler``, built from the run's settings at every start and never from a checkpoint.
+
+    The rate is a function of those settings and the number of updates done (Lightning's ``global_step``,
+    which a resume restores); the scheduler holds no other progress. Restoring the scheduler's stored state
+    would also restore the schedule's length, so a resume that raises ``--trainer.max_epochs`` would train its
+    added epochs at the floor (``lr_min``) of the shorter schedule, while the run's records name the longer
+    one. Built afresh, the schedule spans the run's ``max_epochs``, as timm's ``train.py`` rebuilds its own
+    for ``--epochs`` on ``--resume``; a changed length is said when the checkpoint is restored.
+    """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        stored = (state_dict.get("warmup_t"), state_dict.get("t_initial"))
+        if None not in stored and stored != (self.warmup_t, self.t_initial):
+            rank_zero_warn(
+                f"the checkpoint's learning-rate schedule spans {sum(stored):,} updates and this run's "
+                f"{self.warmup_t + self.t_initial:,} (another --trainer.max_epochs): the schedule is rebuilt "
+                "over the run's length, the rate at each update is the new cosine's"
+            )
 
 
 class TimmOptimization:
@@ -96,7 +117,7 @@ class TimmOptimization:
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
         warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
-        scheduler = CosineLRScheduler(
+        scheduler = RunCosineSchedule(
             optimizer,
             t_initial=max(1, total_steps - warmup_steps),
             lr_min=lr * hp.min_lr_ratio,
@@ -116,3 +137,12 @@ class TimmOptimization:
     def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
         """timm schedulers are stepped by the number of optimizer updates done."""
         scheduler.step_update(num_updates=self.global_step)
+
+    def on_train_start(self) -> None:
+        """The rate of the first update of this fit, from the run's own schedule: a resume restores the optimizer
+        with the rate the checkpoint's schedule set last, which another ``max_epochs`` changes (the same rate
+        otherwise, so a resume with the run's settings is unchanged)."""
+        super().on_train_start()
+        for config in self.trainer.lr_scheduler_configs:
+            if isinstance(config.scheduler, CosineLRScheduler):
+                config.scheduler.step_update(num_updates=self.global_step)

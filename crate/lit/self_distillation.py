@@ -157,6 +157,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     def on_train_start(self) -> None:
         """What every step's teacher update reads, gathered once: the run's step count and the parameter
         pairs."""
+        super().on_train_start()
         self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         self._teacher_params = [*self.model.parameters(), *self.teacher_head.parameters()]
         self._student_params = [*self.student.parameters(), *self.student_head.parameters()]
