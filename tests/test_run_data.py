@@ -142,8 +142,8 @@ def test_checkpoints_of_another_module_kind_are_refused_before_anything_is_writt
 def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_resumes(
     runs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A resume restores the optimizer and the schedule, so a changed learning rate would be recorded (and put on
-    the card) but not used, and a changed batch, augmentation or precision would hold for part of the run only:
+    """A resume restores the optimizer and the step count, so a changed learning rate would be recorded (and put on
+    the card) but hold for part of the run only, as a changed batch, accumulation, augmentation or precision would:
     each is refused in one line naming the recorded and the given value, with nothing written. Settings that do
     not change what is trained (speed, the spelling of the same precision) resume, and keep the run's seed."""
     shutil.copytree(runs["split1"].parents[1], tmp_path / "split1" / "version_0", symlinks=True)
@@ -159,6 +159,8 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
         (["--data.batch_size", str(batch // 2)], f"data.batch_size {batch} -> {batch // 2}"),
         (["--data.augmentation.hflip", "0.5"], f"data.augmentation.hflip {hflip} -> 0.5"),
         (["--trainer.precision", "bf16-mixed"], "trainer.precision 32-true -> bf16-mixed"),  # the config sets none
+        # two batches to an update: the batch of an update doubles as with the batch size, and the schedule shortens
+        (["--trainer.accumulate_grad_batches", "2"], "trainer.accumulate_grad_batches 1 -> 2"),
     ]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     monkeypatch.setattr(cpu_precision, "cpu_has_native_bf16", lambda: False)  # bf16 would crawl here

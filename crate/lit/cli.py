@@ -277,7 +277,13 @@ class CrateCLI(LightningCLI):
                 self.datamodule.require_split(self.datamodule.predict_split)
         if self.resumed is not None:
             data_config = getattr(self.datamodule, "data_config", None)
-            check_resume_recipe(self.resumed, dict(self.model.hparams), data_config, self.trainer.precision)
+            check_resume_recipe(
+                self.resumed,
+                dict(self.model.hparams),
+                data_config,
+                self.trainer.precision,
+                self.trainer.accumulate_grad_batches,
+            )
             keep_run_seed(config, self.resumed.path)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)
         if self.held_checkpoint is not None and self.held_checkpoint.source == "lightning" and refuse_misfit:

@@ -52,8 +52,8 @@ class RunCosineSchedule(CosineLRScheduler):
         if None not in stored and stored != (self.warmup_t, self.t_initial):
             rank_zero_warn(
                 f"the checkpoint's learning-rate schedule spans {sum(stored):,} updates and this run's "
-                f"{self.warmup_t + self.t_initial:,} (another --trainer.max_epochs): the schedule is rebuilt "
-                "over the run's length, the rate at each update is the new cosine's"
+                f"{self.warmup_t + self.t_initial:,} (another --trainer.max_epochs, or another count of batches per "
+                "epoch): the schedule is rebuilt over the run's length, the rate at each update is the new cosine's"
             )
 
 

@@ -86,12 +86,17 @@ def _precision(value: Any) -> str:
 
 
 def check_resume_recipe(
-    held: Checkpoint, hparams: dict[str, Any], data_config: dict[str, Any] | None, precision: str
+    held: Checkpoint,
+    hparams: dict[str, Any],
+    data_config: dict[str, Any] | None,
+    precision: str,
+    accumulate_grad_batches: int = 1,
 ) -> None:
     """Refuse to resume ``held`` with a recipe other than the one it was trained with: the module's settings
     (``hparams``, what the config builds now), the data section's settings other than where and how its images
-    are read (``data_config``), and the trainer's ``precision`` against the run's ``config.yaml`` (where one lies
-    beside the checkpoint's folder). Settings a file does not record pass."""
+    are read (``data_config``), and the trainer's ``precision`` and ``accumulate_grad_batches`` (the batch of an
+    update, as the data's batch size is) against the run's ``config.yaml`` (where one lies beside the
+    checkpoint's folder). Settings a file does not record pass."""
     record = read_record(held)
     changes = [f"model.{change}" for change in recipe_changes(record.hyper_parameters, hparams, _FREE_MODULE_SETTINGS)]
     recorded_data, current_data = record.data_config or {}, data_config or {}
@@ -101,10 +106,13 @@ def check_resume_recipe(
     trainer = run_config(held.path).get("trainer")
     if isinstance(trainer, dict) and _precision(trainer.get("precision")) != _precision(precision):
         changes.append(f"trainer.precision {_precision(trainer.get('precision'))} -> {_precision(precision)}")
+    recorded_accumulate = trainer.get("accumulate_grad_batches") if isinstance(trainer, dict) else None
+    if recorded_accumulate is not None and int(recorded_accumulate) != int(accumulate_grad_batches):
+        changes.append(f"trainer.accumulate_grad_batches {recorded_accumulate} -> {accumulate_grad_batches}")
     if changes:
         raise CheckpointError(
             f"--ckpt_path {held.path} resumes a run trained with other settings ({'; '.join(changes)}); nothing was "
-            "written. A resume continues the run as it was trained (its optimizer and learning-rate schedule are "
+            "written. A resume continues the run as it was trained (its optimizer state and step count are "
             "restored, and its card names one recipe): give those settings their recorded values to continue it; "
             f"to train with these from its weights, start a new run with --model.pretrained_file {held.path} (and "
             "no --ckpt_path)"
