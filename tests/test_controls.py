@@ -197,6 +197,7 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     from crate.interpret.controls import initialised, remember_build
     from crate.interpret.evaluate import figure_controls, probe_accuracies, trace_figures
     from crate.interpret.loading import EvalData
+    from crate.interpret.verdicts import null_counts
 
     kwargs = dict(num_classes=3, in_chans=1, img_size=16)
     with torch.random.fork_rng(devices=[]):
@@ -217,6 +218,8 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     random_init = {key: value for key, value in controls["random_init"].items() if key not in skip}
     assert random_init == own  # the same figures, segmentation included
     assert controls["random_init"]["linear_probe_accuracy"] == probe_accuracies(model, data)  # and its probes
+    # and the counts of layers beating their nulls, which the verdicts read against the trained model's own
+    assert controls["random_init"]["per_seed"][0]["null_counts"] == null_counts(controls)
     averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1))["random_init"]
     assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
 

@@ -143,3 +143,52 @@ def test_the_whole_objective_verdict_reads_the_step_against_its_nulls(trained, s
     assert verdicts == [{"rate_reduction": finding, "alignment": finding, "ista": True}]
     lines = objective_verdict_lines(controls)
     assert ("not a finding" in lines[0]) is not finding and "1 of 1 layers" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("count", "seeds", "words"),
+    [
+        (0, [0, 1], ": not a finding"),
+        (2, [0, 2, 1], ": not a finding (the untrained architecture reaches 2 of 4 under one of its 3 seeds)"),
+        (3, [0, 2, 1], ", beyond the untrained architecture's 0-2 of 4 over 3 seeds"),
+        (1, [0, 0], ", beyond the untrained architecture's 0 of 4 over 2 seeds"),
+        (1, [], ""),  # no seed counts (controls computed without them): the count alone, no claim either way
+    ],
+)
+def test_a_count_of_layers_beating_their_nulls_is_read_against_every_seed(count: int, seeds, words: str) -> None:
+    from crate.interpret.objective_table import count_against_seeds
+
+    assert count_against_seeds(count, 4, seeds) == words
+
+
+def test_the_compression_and_objective_counts_are_no_finding_where_an_untrained_seed_reaches_them() -> None:
+    """One layer whose trained step beats both nulls on R - R^c and on alignment, and falls beyond the shared
+    null on R^c: a finding beside seeds that reach 0 layers, not one beside a seed that reaches 1."""
+    rate = _term_summary(9.0, 3.0, 1.0, 0.40, 0.0)
+    compression = {
+        "before": [10.0],
+        "fractions": [1.0],
+        "trained": {"change": [[-5.0]], "slope": [-1.0]},
+        "shared_null": {"change": [[-1.0]], "change_spread": [[0.1]]},
+        "mean_removed": {"change": [[-2.0]]},
+        "theory_step": {"slope": [None]},
+    }
+
+    def lines(seed_counts: list[dict[str, int]]) -> list[str]:
+        seeds = [dict(verdict_figures(_figures(), (0.5, 0.9)), null_counts=c) for c in seed_counts]
+        controls = {
+            "random_init": {"per_seed": seeds},
+            "compression": {"official": compression},
+            "objective": {"rate_reduction": rate},
+        }
+        return plain_verdicts("m", dict(_figures(), probe_classes=10, sampled_images={"val": 360}, controls=controls))
+
+    none = {"compression": 0, "rate_reduction": 0, "alignment": 0, "ista": None}
+    beaten = lines([none, none])
+    assert _line(beaten, "- Compression").endswith(", beyond the untrained architecture's 0 of 1 over 2 seeds.")
+    assert "in 1 of 1 layers, beyond the untrained architecture's 0 of 1 over 2 seeds;" in _line(beaten, "- Rate")
+    reached = lines([none, {"compression": 1, "rate_reduction": 1, "alignment": 0, "ista": None}])
+    overturned = ": not a finding (the untrained architecture reaches 1 of 1 under one of its 2 seeds)"
+    assert _line(reached, "- Compression").endswith(overturned + ".")
+    assert f"in 1 of 1 layers{overturned};" in _line(reached, "- Rate")
+    assert _line(reached, "- Rate").endswith("in 1 of 1, beyond the untrained architecture's 0 of 1 over 2 seeds.")

@@ -25,7 +25,7 @@ from torch import nn
 
 from crate.layers.trace import BlockTrace
 from crate.metrics import compression_responses, summarise_responses, transformer_blocks
-from crate.metrics.controls import NULL_DRAWS, NULL_SEED, THEORY_STEP_SIZE
+from crate.metrics.controls import NULL_DRAWS, NULL_SEED, STEP_FRACTIONS, THEORY_STEP_SIZE
 from crate.metrics.functional import PAPER_EPS, default_eps
 from crate.metrics.sparse_controls import sparse_coding_responses, summarise_sparse
 
@@ -89,24 +89,39 @@ def mean_of(results: list[Any]) -> Any:
 
 
 @torch.no_grad()
-def compression_control_curves(model: nn.Module, traces: list[BlockTrace], eps: dict[str, float]) -> dict[str, Any]:
+def compression_control_curves(
+    model: nn.Module,
+    traces: list[BlockTrace],
+    eps: dict[str, float],
+    conventions: tuple[str, ...] = ("official", "paper"),
+    terms: tuple[str, ...] = ("expansion", "rate_reduction"),
+    fractions: tuple[float, ...] = STEP_FRACTIONS,
+) -> dict[str, Any]:
     """Per convention, the summary of :func:`crate.metrics.controls.summarise_responses` (per direction, per
     layer: the change of R^c at each step fraction, its spread over the nulls' draws, the slope at 0, the
     alignment with -grad R^c), from the model's traces (with attention maps) that its own figures were read
-    from; ``objective``: the same for R and R - R^c (official convention), and ``sparse_coding``: the ISTA
-    step on its LASSO objective (:mod:`crate.metrics.sparse_controls`; None without sparse codes)."""
+    from; ``objective``: the same for R and R - R^c (``terms``, official convention), and ``sparse_coding``:
+    the ISTA step on its LASSO objective (:mod:`crate.metrics.sparse_controls`; None without sparse codes).
+    The verdicts read the official convention, R - R^c and the ISTA step at the full step only:
+    ``conventions=("official",), terms=("rate_reduction",), fractions=(1.0,)`` computes those (for the untrained
+    architecture's counts)."""
     blocks = transformer_blocks(model)
     curves: dict[str, Any] = {}
     settings = {"draws": NULL_DRAWS, "seed": NULL_SEED, "theory_step_size": THEORY_STEP_SIZE, "theory_eps": PAPER_EPS}
-    for convention in ("official", "paper"):
-        layers = compression_responses(blocks, traces, eps.get(convention, default_eps(convention)), convention)
+    for convention in conventions:
+        layers = compression_responses(
+            blocks, traces, eps.get(convention, default_eps(convention)), convention, fractions=fractions
+        )
         curves[convention] = dict(summarise_responses(layers), **settings)
     official = eps.get("official", default_eps("official"))
     curves["objective"] = {
         term: dict(
-            summarise_responses(compression_responses(blocks, traces, official, "official", term=term)), **settings
+            summarise_responses(
+                compression_responses(blocks, traces, official, "official", fractions=fractions, term=term)
+            ),
+            **settings,
         )
-        for term in ("expansion", "rate_reduction")
+        for term in terms
     }
     curves["sparse_coding"] = summarise_sparse(sparse_coding_responses(blocks, traces))
     return curves

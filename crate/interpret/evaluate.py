@@ -40,7 +40,7 @@ from .lenses import (
 )
 from .loading import EvalData, held_out_accuracy
 from .segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
-from .verdicts import verdict_figures
+from .verdicts import null_counts, verdict_figures
 
 __all__ = [
     "attention_lenses",
@@ -260,10 +260,17 @@ def figure_controls(
     initial, per_seed = [], []
     for seed in init_seeds:
         fresh = initialised(model, seed)
-        figures = trace_figures(fresh, data, eps, lam, probe_images, top_k, mass)
+        fresh_traces = trace_model(fresh, data.val_images[:probe_images])
+        figures = trace_figures(fresh, data, eps, lam, probe_images, top_k, mass, traces=fresh_traces)
         figures["linear_probe_accuracy"] = probe_accuracies(fresh, data)
         initial.append(figures)
-        per_seed.append(verdict_figures(figures, figures["linear_probe_accuracy"]))
+        seed_figures = verdict_figures(figures, figures["linear_probe_accuracy"])
+        # the counts of layers beating their nulls, which the verdicts read against the trained model's
+        verdict_curves = compression_control_curves(
+            fresh, fresh_traces, eps, ("official",), ("rate_reduction",), (1.0,)
+        )
+        seed_figures["null_counts"] = null_counts(_split_objective(verdict_curves))
+        per_seed.append(seed_figures)
     first = traces[0]
     uniform = None
     if first.attention is not None:

@@ -14,7 +14,13 @@ from crate.metrics.controls import NULLS, full_step
 
 from .compression_table import NULL_MARGIN
 
-__all__ = ["objective_layer_verdicts", "objective_table", "objective_verdict_lines"]
+__all__ = [
+    "count_against_seeds",
+    "objective_counts",
+    "objective_layer_verdicts",
+    "objective_table",
+    "objective_verdict_lines",
+]
 
 
 def _cell(value: float | None, spread: float | None = None, digits: int = 2) -> str:
@@ -66,28 +72,54 @@ def objective_layer_verdicts(controls: dict[str, Any]) -> list[dict[str, bool | 
     return verdicts
 
 
-def objective_verdict_lines(controls: dict[str, Any]) -> list[str]:
-    """The verdict sentences on the whole objective (empty where the controls do not hold it)."""
+def objective_counts(controls: dict[str, Any]) -> dict[str, int | None]:
+    """How many layers beat both nulls: on R - R^c (``rate_reduction``), on alignment with its ascent direction
+    (``alignment``) and, for the ISTA step, on its LASSO objective (``ista``, None without sparse codes)."""
+    verdicts = objective_layer_verdicts(controls)
+    ista = None if all(v["ista"] is None for v in verdicts) else sum(bool(v["ista"]) for v in verdicts)
+    return {
+        "rate_reduction": sum(bool(v["rate_reduction"]) for v in verdicts),
+        "alignment": sum(bool(v["alignment"]) for v in verdicts),
+        "ista": ista,
+    }
+
+
+def count_against_seeds(count: int, depth: int, seeds: list[int]) -> str:
+    """The words after a count of layers that beat their nulls: ": not a finding" where no layer does, or where
+    the untrained architecture reaches the count under one of its seeds; else the seeds' counts beside it."""
+    if count == 0:
+        return ": not a finding"
+    if not seeds:
+        return ""
+    if max(seeds) >= count:
+        reached = f"{max(seeds)} of {depth} under one of its {len(seeds)} seeds"
+        return f": not a finding (the untrained architecture reaches {reached})"
+    span = str(max(seeds)) if min(seeds) == max(seeds) else f"{min(seeds)}-{max(seeds)}"
+    return f", beyond the untrained architecture's {span} of {depth} over {len(seeds)} seeds"
+
+
+def objective_verdict_lines(controls: dict[str, Any], seeds: list[dict[str, Any]] | None = None) -> list[str]:
+    """The verdict sentences on the whole objective (empty where the controls do not hold it), each count read
+    against the untrained architecture's under each seed (``seeds``: :func:`objective_counts` per seed)."""
     if not controls.get("objective"):
         return []
-    verdicts = objective_layer_verdicts(controls)
-    depth = len(verdicts)
+    depth = len(objective_layer_verdicts(controls))
+    counts = objective_counts(controls)
+    seeds = seeds or []
 
-    def count(key: str) -> int:
-        return sum(bool(v[key]) for v in verdicts)
+    def said(key: str) -> str:
+        return count_against_seeds(counts[key], depth, [c[key] for c in seeds if c.get(key) is not None])
 
-    gain, aligned = count("rate_reduction"), count("alignment")
     lines = [
-        f"- Rate reduction R - R^c: the attention step raises it beyond both matched-norm nulls in {gain} of {depth} "
-        f"layers{'' if gain else ': not a finding'}; its alignment with the objective's ascent direction is beyond "
-        f"both nulls' in {aligned} of {depth}{'' if aligned else ': not a finding'}."
+        f"- Rate reduction R - R^c: the attention step raises it beyond both matched-norm nulls in "
+        f"{counts['rate_reduction']} of {depth} layers{said('rate_reduction')}; its alignment with the objective's "
+        f"ascent direction is beyond both nulls' in {counts['alignment']} of {depth}{said('alignment')}."
     ]
-    if any(v["ista"] is not None for v in verdicts):
-        ista = count("ista")
+    if counts["ista"] is not None:
         lines.append(
-            f"- Sparse coding: the ISTA step lowers its LASSO objective beyond both matched-norm nulls in {ista} of "
-            f"{depth} layers{'' if ista else ': not a finding'} (a proximal-gradient step of that objective by "
-            "construction, trained or not: what training adds is read against the LASSO's own descent step)."
+            f"- Sparse coding: the ISTA step lowers its LASSO objective beyond both matched-norm nulls in "
+            f"{counts['ista']} of {depth} layers{said('ista')}. It is a proximal-gradient step of that objective by "
+            "construction, trained or not: what training adds is read against the LASSO's own descent step."
         )
     return lines
 

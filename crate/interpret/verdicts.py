@@ -14,9 +14,9 @@ from typing import Any, Literal
 import numpy as np
 
 from .compression_table import layer_verdicts
-from .objective_table import objective_verdict_lines
+from .objective_table import count_against_seeds, objective_counts, objective_verdict_lines
 
-__all__ = ["plain_verdicts", "verdict", "verdict_figures"]
+__all__ = ["null_counts", "plain_verdicts", "verdict", "verdict_figures"]
 
 Direction = Literal["higher", "lower"]
 
@@ -94,16 +94,32 @@ def _either_way(trained: float, seeds: list[float]) -> Direction | None:
     return None
 
 
+def null_counts(controls: Mapping[str, Any]) -> dict[str, int | None]:
+    """How many layers' steps beat their matched-norm nulls, the counts the verdicts read: the attention step's
+    fall of R^c beyond the shared null (``compression``, official convention), and :func:`objective_counts`
+    (R - R^c, its alignment, the ISTA step's LASSO objective). A count alone is no finding: it is read against
+    the same counts of the untrained architecture under each seed."""
+    summary = (controls.get("compression") or {}).get("official")
+    counts: dict[str, int | None] = {
+        "compression": sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary)) if summary else None
+    }
+    if controls.get("objective"):
+        counts.update(objective_counts(dict(controls)))
+    return counts
+
+
 def _compression(summary: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str:
     depth = len(summary["before"])
     beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
-    init_summary = ((initial or {}).get("compression") or {}).get("official")
-    init_beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(init_summary)) if init_summary else None
+    seeds = [c["compression"] for c in _seed_counts(initial) if c.get("compression") is not None]
     judged = "no layer compresses beyond" if beyond == 0 else f"{beyond} of {depth} layers compress beyond"
     line = f"- Compression: {judged} a random vector shared by all tokens at the same norm"
-    if init_beyond is not None and beyond and init_beyond >= beyond:
-        return f"{line}: not a finding (the untrained architecture reaches {init_beyond} of {depth})."
-    return line + ("" if init_beyond is None else f" (the untrained architecture: {init_beyond} of {depth})") + "."
+    return f"{line}{count_against_seeds(beyond, depth, seeds)}."
+
+
+def _seed_counts(initial: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Each seed's :func:`null_counts` (none where the controls were computed without them)."""
+    return [seed["null_counts"] for seed in (initial or {}).get("per_seed") or [] if seed.get("null_counts")]
 
 
 def _sparsity(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | None:
@@ -201,7 +217,10 @@ def plain_verdicts(label: str, result: Mapping[str, Any]) -> list[str]:
     initial = controls.get("random_init")
     mine = verdict_figures(result, result.get("linear_probe_accuracy"))
     summary = (controls.get("compression") or {}).get("official")
-    sentences = [_compression(summary, initial) if summary else None, *objective_verdict_lines(controls)]
+    sentences = [
+        _compression(summary, initial) if summary else None,
+        *objective_verdict_lines(controls, _seed_counts(initial)),
+    ]
     if initial:
         sentences += [_sparsity(mine, initial), _attention(mine, initial)]
     sentences += [
