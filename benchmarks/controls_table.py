@@ -9,7 +9,9 @@ folder has moved), one trace, and ``crate.metrics.controls``: the change of R^c 
 along the trained update, the update negated and without its token mean, the matched-norm nulls (a vector
 shared by all tokens, i.i.d. noise; 8 draws), the theory's MSSA step with its shrink term and the heads'
 outputs through U_[K], at step fractions 1%, 5%, 25%, 100% and as slopes at 0; the same for the architecture
-at the initialisation its recipe trains from (seed 0). No training: the shipped files are what is measured.
+at the initialisation its recipe trains from (seed 0); and under seeds 0, 1 and 2 the counts of layers whose
+steps beat their nulls, against which the trained counts are read (the report's rule). No training: the shipped
+files are what is measured.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import crate  # noqa: F401  (registers the zoo)
 from benchmarks.common import REPO
 from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
-from crate.interpret.controls import compression_control_curves, initialised
-from crate.interpret.objective_table import objective_table, objective_verdict_lines
+from crate.interpret.controls import INIT_SEEDS, compression_control_curves, initialised
+from crate.interpret.evaluate import verdict_null_counts
+from crate.interpret.objective_table import count_against_seeds, objective_table, objective_verdict_lines
+from crate.interpret.verdicts import null_counts
 from crate.metrics import trace_model
 from crate.metrics.representatives import representative_compression
 from crate.run import resolve_data
@@ -63,11 +67,17 @@ def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, A
     model, recorded = load_run(tag, None)
     data = load_data(resolve_data(None, recorded, overrides), model, limit=images)
     sample = data.val_images[:images]
+    random_init = controls_of(initialised(model, 0), sample)
+    seed_counts = [null_counts(_as_controls(random_init))]  # seed 0's, from its full controls
+    for seed in INIT_SEEDS[1:]:
+        fresh = initialised(model, seed)
+        seed_counts.append(verdict_null_counts(fresh, trace_model(fresh, sample), EPS))
     return {
         "data": data.name,
         "images": len(sample),
         "trained": controls_of(model, sample),
-        "random_init": controls_of(initialised(model, 0), sample),
+        "random_init": random_init,
+        "seed_counts": dict(zip(map(str, INIT_SEEDS), seed_counts, strict=True)),
     }
 
 
@@ -84,10 +94,20 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
     first = next(iter(results.values()))
     verdicts, objective = [], []
     for tag, result in results.items():
+        # the trained counts are read against the untrained architecture's under every seed measured
+        init_counts = list((result.get("seed_counts") or {}).values())
+        init_counts = init_counts or [null_counts(_as_controls(result["random_init"]))]
         for which in ("trained", "random_init"):
             label = tag if which == "trained" else f"{tag} (random init)"
-            verdicts.append(f"- `{label}`: {compression_verdict(result[which]['official'])}.")
-            whole = objective_verdict_lines(_as_controls(result[which]))
+            sentence = compression_verdict(result[which]["official"])
+            seeds = init_counts if which == "trained" else []
+            if seeds:
+                count = null_counts(_as_controls(result[which]))["compression"]
+                depth = len(result[which]["official"]["before"])
+                against = count_against_seeds(count, depth, [c["compression"] for c in seeds])
+                sentence += f"; beyond the shared null in {count} of {depth}{against}"
+            verdicts.append(f"- `{label}`: {sentence}.")
+            whole = objective_verdict_lines(_as_controls(result[which]), seeds)
             objective += [f"- `{label}`:", *(f"  {line}" for line in whole)] if whole else []
     as_report = {
         (tag if which == "trained" else f"{tag} (random init)"): {"controls": _as_controls(result[which])}
@@ -122,7 +142,9 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
             f"Written by `{command}` in {minutes:.1f} minutes ({date}), on {first['images']}"
             f" validation images of {first['data']} (a class-mixed seeded sample, each tag's own transform),"
             " official convention (eps 0.01); every number, both conventions, is in the JSON beside this file."
-            " Each tag is followed by its architecture at the initialisation its recipe trains from (seed 0).",
+            " Each tag is followed by its architecture at the initialisation its recipe trains from (seed 0); a"
+            " trained count of layers beating their nulls is read against the untrained architecture's under seeds"
+            " 0, 1 and 2, and one that a seed reaches is not a finding.",
             "",
             "Each cell is the change of R^c(LN(Z + t delta) | U) - R^c(LN Z | U) across one attention step, one layer"
             " changed at a time, at t = 1 and (in brackets) its slope at t = 0 by autograd. Directions: the trained"

@@ -227,3 +227,16 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     # a row per layer and model (trained and random init) in the R^c table and in the whole-objective table
     assert text.count("| `vit_nano") == 16 and "## The whole objective" in text and "Rate reduction R - R^c" in text
     assert controls_table.rendered_from_json(out) == text
+    # the untrained architecture's counts under seeds 0, 1, 2, seed 0's those of its full controls, and each
+    # trained count in the text read against them
+    from crate.interpret.objective_table import count_against_seeds
+    from crate.interpret.verdicts import null_counts
+
+    measured = saved["crate_nano_patch4_32.cifar10"]
+    seeds = measured["seed_counts"]
+    assert list(seeds) == ["0", "1", "2"] and seeds["0"] == null_counts(
+        controls_table._as_controls(measured["random_init"])
+    )
+    count = null_counts(controls_table._as_controls(measured["trained"]))["compression"]
+    against = count_against_seeds(count, 4, [c["compression"] for c in seeds.values()])
+    assert f"beyond the shared null in {count} of 4{against}." in text

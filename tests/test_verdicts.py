@@ -153,6 +153,8 @@ def test_the_whole_objective_verdict_reads_the_step_against_its_nulls(trained, s
         (3, [0, 2, 1], ", beyond the untrained architecture's 0-2 of 4 over 3 seeds"),
         (1, [0, 0], ", beyond the untrained architecture's 0 of 4 over 2 seeds"),
         (1, [], ""),  # no seed counts (controls computed without them): the count alone, no claim either way
+        (2, [2], ": not a finding (the untrained architecture reaches 2 of 4)"),  # one seed: no "one of its 1"
+        (3, [1], ", beyond the untrained architecture's 1 of 4"),
     ],
 )
 def test_a_count_of_layers_beating_their_nulls_is_read_against_every_seed(count: int, seeds, words: str) -> None:

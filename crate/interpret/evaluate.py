@@ -241,6 +241,14 @@ def _split_objective(curves: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def verdict_null_counts(model: nn.Module, traces: list[BlockTrace], eps: dict[str, float]) -> dict[str, int | None]:
+    """:func:`crate.interpret.verdicts.null_counts` of ``model`` from its traces, computing only what the counts
+    read (the official convention, R - R^c and the ISTA step, at the full step): the untrained architecture's
+    counts under each seed, against which a trained model's are judged."""
+    curves = compression_control_curves(model, traces, eps, ("official",), ("rate_reduction",), (1.0,))
+    return null_counts(_split_objective(curves))
+
+
 def figure_controls(
     model: nn.Module,
     data: EvalData,
@@ -266,10 +274,7 @@ def figure_controls(
         initial.append(figures)
         seed_figures = verdict_figures(figures, figures["linear_probe_accuracy"])
         # the counts of layers beating their nulls, which the verdicts read against the trained model's
-        verdict_curves = compression_control_curves(
-            fresh, fresh_traces, eps, ("official",), ("rate_reduction",), (1.0,)
-        )
-        seed_figures["null_counts"] = null_counts(_split_objective(verdict_curves))
+        seed_figures["null_counts"] = verdict_null_counts(fresh, fresh_traces, eps)
         per_seed.append(seed_figures)
     first = traces[0]
     uniform = None

@@ -92,10 +92,11 @@ def count_against_seeds(count: int, depth: int, seeds: list[int]) -> str:
     if not seeds:
         return ""
     if max(seeds) >= count:
-        reached = f"{max(seeds)} of {depth} under one of its {len(seeds)} seeds"
-        return f": not a finding (the untrained architecture reaches {reached})"
+        under = f" under one of its {len(seeds)} seeds" if len(seeds) > 1 else ""
+        return f": not a finding (the untrained architecture reaches {max(seeds)} of {depth}{under})"
     span = str(max(seeds)) if min(seeds) == max(seeds) else f"{min(seeds)}-{max(seeds)}"
-    return f", beyond the untrained architecture's {span} of {depth} over {len(seeds)} seeds"
+    over = f" over {len(seeds)} seeds" if len(seeds) > 1 else ""
+    return f", beyond the untrained architecture's {span} of {depth}{over}"
 
 
 def objective_verdict_lines(controls: dict[str, Any], seeds: list[dict[str, Any]] | None = None) -> list[str]:
