@@ -73,22 +73,38 @@ def table(records: dict[str, dict]) -> str:
 
 def verdict(records: dict[str, dict]) -> str:
     """The sentence the table supports: the weights at which every layer's attention step beats both nulls on
-    R - R^c and on alignment with val accuracy within one point of weight 0's, or that there is none."""
+    R - R^c and on alignment with val accuracy within one point of weight 0's, or that there is none; not a
+    finding where the untrained architecture (each run's step-0 snapshot) has every layer beyond them too."""
     base = records.get("0")
     if base is None:
         return "No weight-0 run to compare with."
     base_acc = base["snapshots"][-1]["val_accuracy"]
+
+    def beyond_on_both(snapshot: dict) -> tuple[int, int]:
+        rows = layer_rows(snapshot)
+        both = sum(bool(r.get("rate_reduction_beyond_nulls")) and bool(r.get("alignment_beyond_nulls")) for r in rows)
+        return both, len(rows)
+
+    # the untrained architecture: every run's first snapshot, at step 0, is its seed's initialisation
+    untrained, _ = beyond_on_both(base["snapshots"][0]) if base["snapshots"][0].get("step") == 0 else (None, None)
     counts = []
     for weight, record in records.items():
         last = record["snapshots"][-1]
-        rows = layer_rows(last)
-        both = sum(bool(r.get("rate_reduction_beyond_nulls")) and bool(r.get("alignment_beyond_nulls")) for r in rows)
-        counts.append((weight, last["val_accuracy"], both, len(rows)))
+        both, depth = beyond_on_both(last)
+        counts.append((weight, last["val_accuracy"], both, depth))
+    reached = untrained is not None and any(untrained >= depth for *_, depth in counts)
     chosen = [w for w, acc, both, depth in counts if w != "0" and both == depth and acc >= base_acc - 0.01]
     said = "; ".join(
         f"weight {w}: val {acc:.4f}, {both} of {depth} layers beyond both nulls on both"
         for w, acc, both, depth in counts
     )
+    if untrained is not None:
+        said += f"; the untrained architecture (step 0 of the runs): {untrained} of {counts[0][3]}"
+    if reached:
+        return (
+            "Not a finding: the untrained architecture (step 0 of the runs) already has every layer beyond both"
+            f" nulls on both ({said})."
+        )
     if chosen:
         first = chosen[0]
         acc = next(a for w, a, _, _ in counts if w == first)
@@ -98,8 +114,9 @@ def verdict(records: dict[str, dict]) -> str:
         )
         return (
             f"At weight {first} every layer's attention step raises R - R^c beyond both nulls and aligns with"
-            f" its ascent beyond both nulls' alignment, with val accuracy {acc:.4f} against weight 0's"
-            f" {base_acc:.4f} (within one point, or above){tail}. ({said}.)"
+            f" its ascent beyond both nulls' alignment, where the untrained architecture does in fewer layers, with"
+            f" val accuracy {acc:.4f} against weight 0's {base_acc:.4f} (within one point, or above){tail}."
+            f" ({said}.)"
         )
     return f"No weight reaches every layer beyond both nulls within one point of weight 0's accuracy ({said})."
 

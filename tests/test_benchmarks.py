@@ -240,3 +240,30 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     count = null_counts(controls_table._as_controls(measured["trained"]))["compression"]
     against = count_against_seeds(count, 4, [c["compression"] for c in seeds.values()])
     assert f"beyond the shared null in {count} of 4{against}." in text
+
+
+def test_the_objective_trade_off_is_no_finding_where_the_untrained_architecture_beats_the_nulls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two-layer runs whose snapshots carry their per-layer verdicts: weight 0.01 beats both nulls on both in
+    every layer at the same accuracy; a finding beside an untrained step 0 that does in no layer, none beside
+    one that does in every layer."""
+    from benchmarks import objective_tradeoff
+
+    def rows(snapshot: dict) -> list[dict]:
+        return [{"rate_reduction_beyond_nulls": b, "alignment_beyond_nulls": b} for b in snapshot["beyond"]]
+
+    monkeypatch.setattr(objective_tradeoff, "layer_rows", rows)
+
+    def records(untrained: list[bool]) -> dict:
+        start = {"step": 0, "beyond": untrained, "val_accuracy": 0.1}
+        return {
+            "0": {"snapshots": [start, {"step": 9, "beyond": [True, False], "val_accuracy": 0.90}]},
+            "0.01": {"snapshots": [start, {"step": 9, "beyond": [True, True], "val_accuracy": 0.895}]},
+        }
+
+    found = objective_tradeoff.verdict(records([False, False]))
+    assert found.startswith("At weight 0.01 every layer's attention step raises R - R^c beyond both nulls")
+    assert "the untrained architecture (step 0 of the runs): 0 of 2" in found
+    overturned = objective_tradeoff.verdict(records([True, True]))
+    assert overturned.startswith("Not a finding: the untrained architecture (step 0 of the runs) already has every")
