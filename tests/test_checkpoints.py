@@ -150,6 +150,10 @@ def test_a_checkpoint_of_the_arguments_built_has_no_argument_to_name(tmp_path: P
     torch.save(state, tmp_path / "odd.pth")
     with pytest.raises(CheckpointError, match=r"Pick the matching model name\.$"):
         _load("crate_nano_patch4_32", tmp_path / "odd.pth", num_classes=10)
+    # timm's MAP pooling sits in the attn_pool slot the zoo's sequence pooling uses, but is not it
+    torch.save(timm.create_model("vit_nano_patch4_32", num_classes=10, global_pool="map").state_dict(), tmp_path / "m")
+    with pytest.raises(CheckpointError, match=r"Pick the matching model name\.$"):
+        _load("vit_nano_patch4_32", tmp_path / "m", num_classes=10)
 
 
 def test_checkpoint_with_missing_keys_is_a_clear_error(tmp_path: Path) -> None:

@@ -219,7 +219,9 @@ def _build_settings(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     if "pos_embed" in state_dict:
         settings["embed_dim"] = int(state_dict["pos_embed"].shape[-1])
     settings["class_token"] = "cls_token" in state_dict
-    settings["global_pool='seq'"] = any(k.startswith(("seq_pool.", "attn_pool.")) for k in state_dict)
+    # the zoo's sequence pooling (its own slot, or timm's attn_pool slot) is one linear map, attention_pool;
+    # timm's MAP pooling in the attn_pool slot is another head, not this one
+    settings["global_pool='seq'"] = any(k.endswith("pool.attention_pool.weight") for k in state_dict)
     return settings
 
 
