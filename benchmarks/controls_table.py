@@ -95,8 +95,7 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
     verdicts, objective = [], []
     for tag, result in results.items():
         # the trained counts are read against the untrained architecture's under every seed measured
-        init_counts = list((result.get("seed_counts") or {}).values())
-        init_counts = init_counts or [null_counts(_as_controls(result["random_init"]))]
+        init_counts = list(result["seed_counts"].values())
         for which in ("trained", "random_init"):
             label = tag if which == "trained" else f"{tag} (random init)"
             sentence = compression_verdict(result[which]["official"])

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["OutputPathError", "blocking_file", "check_output_folder"]
+__all__ = ["OutputPathError", "check_output_folder"]
 
 
 class OutputPathError(ValueError):
     """An output path that cannot be written, with the flag that sets it."""
 
 
-def blocking_file(folder: Path) -> Path | None:
+def _blocking_file(folder: Path) -> Path | None:
     """The file that keeps ``folder`` from being created or used as a folder: ``folder`` itself or a folder
     above it that exists and is not a folder; None where there is none."""
     folder = Path(folder)
@@ -22,5 +22,5 @@ def blocking_file(folder: Path) -> Path | None:
 
 def check_output_folder(folder: str | Path, flag: str, what: str) -> None:
     """Refuse ``folder`` (given with ``flag``, to hold ``what``) where a file stands in its place."""
-    if (file := blocking_file(Path(folder))) is not None:
+    if (file := _blocking_file(Path(folder))) is not None:
         raise OutputPathError(f"{flag} {folder}: {file} is a file, not a folder; give a folder for {what}")

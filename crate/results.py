@@ -38,7 +38,7 @@ import crate.models  # noqa: F401  (registers the zoo)
 from crate.lit.data.folder import DataRootError
 from crate.model_card import card_markdown
 from crate.models import check_model_name, read_checkpoint
-from crate.output_paths import blocking_file
+from crate.output_paths import OutputPathError, check_output_folder
 from crate.run import held_out_set, held_out_topk, read_record
 from crate.run.held_out import check_label_names
 
@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-root", default=None, help="where the tags' data lies now, if it moved")
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
     args = parser.parse_args(argv)
-    if (file := blocking_file(Path(args.out_dir))) is not None:  # before any tag is scored or card written
-        parser.error(f"--out-dir {args.out_dir}: {file} is a file, not a folder; give a folder for the results")
+    try:  # before any tag is scored or card written
+        check_output_folder(args.out_dir, "--out-dir", "the results")
+    except OutputPathError as err:
+        parser.error(str(err))
     tags = args.tags or shipped_tags()
     encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import yaml
 from timm.data import resolve_data_config
 
 from crate.models import CheckpointError
-from crate.output_paths import blocking_file
+from crate.output_paths import OutputPathError, check_output_folder
 
 from .loading import load_data, load_run, resolve_data
 from .report import write_report
@@ -125,8 +124,10 @@ def main(argv: list[str] | None = None) -> None:
         "(accuracy always reads the whole validation split)",
     )
     args, rest = parser.parse_known_args(argv)
-    if (file := blocking_file(Path(args.out))) is not None:  # before minutes of evaluation
-        parser.error(f"--out {args.out}: {file} is a file, not a folder; give a folder for the report")
+    try:  # before minutes of evaluation
+        check_output_folder(args.out, "--out", "the report")
+    except OutputPathError as err:
+        parser.error(str(err))
     overrides = _data_overrides(parser, rest)
     pairs = [(args.model, args.checkpoint)] + [tuple(pair) for pair in args.compare or []]
     try:
