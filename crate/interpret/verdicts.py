@@ -94,15 +94,18 @@ def _either_way(trained: float, seeds: list[float]) -> Direction | None:
     return None
 
 
+def _beyond_shared_null(summary: Mapping[str, Any]) -> int:
+    """How many layers' attention steps lower R^c beyond the shared-vector null (a compression summary)."""
+    return sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
+
+
 def null_counts(controls: Mapping[str, Any]) -> dict[str, int | None]:
     """How many layers' steps beat their matched-norm nulls, the counts the verdicts read: the attention step's
     fall of R^c beyond the shared null (``compression``, official convention), and :func:`objective_counts`
     (R - R^c, its alignment, the ISTA step's LASSO objective). A count alone is no finding: it is read against
     the same counts of the untrained architecture under each seed."""
     summary = (controls.get("compression") or {}).get("official")
-    counts: dict[str, int | None] = {
-        "compression": sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary)) if summary else None
-    }
+    counts: dict[str, int | None] = {"compression": _beyond_shared_null(summary) if summary else None}
     if controls.get("objective"):
         counts.update(objective_counts(dict(controls)))
     return counts
@@ -110,7 +113,7 @@ def null_counts(controls: Mapping[str, Any]) -> dict[str, int | None]:
 
 def _compression(summary: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str:
     depth = len(summary["before"])
-    beyond = sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
+    beyond = _beyond_shared_null(summary)
     seeds = [c["compression"] for c in _seed_counts(initial) if c.get("compression") is not None]
     judged = "no layer compresses beyond" if beyond == 0 else f"{beyond} of {depth} layers compress beyond"
     line = f"- Compression: {judged} a random vector shared by all tokens at the same norm"
