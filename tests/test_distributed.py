@@ -74,6 +74,30 @@ def test_validation_of_one_checkpoint_is_the_same_on_one_and_two_processes(runs:
         assert float(values["one"][key]) == pytest.approx(float(values["two"][key]), rel=1e-9), key
 
 
+def test_predictions_of_one_checkpoint_are_the_same_on_one_and_two_processes(runs: dict[str, Path], tmp_path) -> None:
+    """Each process predicts its own share of the split; predictions.csv holds every image once, in the split's
+    order, each row beside its own label, as one process writes it."""
+    ckpt = str(runs["one"] / "checkpoints" / "last.ckpt")
+    rows = {}
+    for label, extra in (("one", []), ("two", ["--config", DDP, "--data.batch_size", "32"])):
+        out = tmp_path / f"{label}.csv"
+        _ok(run_train("predict", "--config", DEFAULT, *extra, *QUIET, "--ckpt_path", ckpt,
+                      "--prediction_writer.output", str(out)))  # fmt: skip
+        with out.open() as handle:
+            rows[label] = list(csv.DictReader(handle))
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits().target  # the default job's validation split: 20 %, stratified, seed 0
+    _, val = train_test_split(range(len(digits)), test_size=0.2, stratify=digits, random_state=0)
+    truth = [int(digits[i]) for i in val]
+    assert [int(r["index"]) for r in rows["two"]] == list(range(len(truth)))
+    assert [int(r["label"]) for r in rows["two"]] == [int(r["label"]) for r in rows["one"]] == truth
+    assert [r["predicted"] for r in rows["two"]] == [r["predicted"] for r in rows["one"]]
+    for a, b in zip(rows["one"], rows["two"], strict=True):
+        assert float(a["probability"]) == pytest.approx(float(b["probability"]), abs=2e-6)
+
+
 def test_a_clean_ddp_run_closes_its_process_group_before_exit(tmp_path, monkeypatch) -> None:
     # left open, gloo's threads can outlive the interpreter and abort a finished run with status -6
     closed, destroy = [], torch.distributed.destroy_process_group

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 __all__ = ["PredictionWriter"]
@@ -30,32 +31,77 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
-        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
-        if not batches:
+        indices, probabilities, labels = _in_split_order(trainer, predictions, batch_indices)
+        log_dir = trainer.log_dir  # a collective: every process asks
+        if indices is None or not trainer.is_global_zero:
             return
-        probabilities = torch.cat([b["probabilities"] for b in batches]).float()
-        labels = torch.cat([b["labels"] for b in batches]) if batches[0].get("labels") is not None else None
         dataset = trainer.predict_dataloaders.dataset
         files = [str(path) for path, _ in getattr(dataset, "samples", [])]
         # the data's classes (train/'s for a folder): a split's own list lacks the classes it has no images of
         names = getattr(trainer.datamodule, "classes", None) or getattr(dataset, "classes", None)
-        folder = Path(trainer.log_dir) if trainer.log_dir else Path.cwd()
+        folder = Path(log_dir) if log_dir else Path.cwd()
         self.path = Path(self.output) if self.output else folder / "predictions.csv"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         confidence, predicted = probabilities.max(dim=-1)
         with self.path.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["index", "file", "label", "predicted", "predicted_name", "probability"])
-            for index in range(len(predicted)):
-                cls = int(predicted[index])
+            for row, index in enumerate(indices.tolist()):
+                cls = int(predicted[row])
                 writer.writerow(
                     [
                         index,
                         files[index] if index < len(files) else "",
-                        int(labels[index]) if labels is not None else "",
+                        int(labels[row]) if labels is not None else "",
                         cls,
                         names[cls] if names and cls < len(names) else "",
-                        f"{float(confidence[index]):.6f}",
+                        f"{float(confidence[row]):.6f}",
                     ]
                 )
-        print(f"wrote {len(predicted)} predictions to {self.path}")
+        print(f"wrote {len(indices)} predictions to {self.path}")
+
+
+def _first_loader(outputs: Any) -> list[Any]:
+    """The per-batch entries of the (only) predict dataloader: Lightning nests them per loader."""
+    return outputs[0] if outputs and isinstance(outputs[0], list) else list(outputs or [])
+
+
+def _in_split_order(
+    trainer: L.Trainer, predictions: Any, batch_indices: Any
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """Every process's predictions, on every process, as (indices in the split, probabilities, labels), sorted
+    by index and each index once. Each process of a distributed run predicts its own share of the split, so
+    its n-th prediction is not the split's n-th image: the indices Lightning recorded for each batch place it.
+    ``indices`` is None where no process predicted anything."""
+    batches = _first_loader(predictions)
+    seen = [list(b) for b in _first_loader(batch_indices)]
+    local: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+    if batches:
+        probabilities = torch.cat([b["probabilities"] for b in batches]).float().cpu()
+        labels = torch.cat([b["labels"] for b in batches]).cpu() if batches[0].get("labels") is not None else None
+        if len(seen) == len(batches):
+            indices = torch.tensor([i for batch in seen for i in batch], dtype=torch.long)
+        elif trainer.world_size == 1:  # a loader Lightning could not track: one process predicts in order
+            indices = torch.arange(len(probabilities))
+        else:
+            raise RuntimeError(
+                "predict: the dataloader's sample indices are unknown, so a distributed run's "
+                "predictions cannot be placed; predict on one process (--trainer.devices 1)"
+            )
+        local = (indices, probabilities, labels)
+    shares = [local]
+    if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+        shares = [None] * trainer.world_size
+        dist.all_gather_object(shares, local)
+    shares = [share for share in shares if share is not None]
+    if not shares:
+        return None, torch.empty(0), None
+    indices = torch.cat([share[0] for share in shares])
+    probabilities = torch.cat([share[1] for share in shares])
+    labels = torch.cat([share[2] for share in shares]) if shares[0][2] is not None else None
+    order = indices.argsort(stable=True)
+    indices, probabilities = indices[order], probabilities[order]
+    labels = labels[order] if labels is not None else None
+    first = torch.ones_like(indices, dtype=torch.bool)
+    first[1:] = indices[1:] != indices[:-1]  # a sampler that repeats samples to even out the shares
+    return indices[first], probabilities[first], labels[first] if labels is not None else None
