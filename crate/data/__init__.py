@@ -1,6 +1,6 @@
 """Datasets and loaders as plain torch (no Lightning): the embedded digits, resumable loading, tensor
-stores of decoded images, their batched augmentation and mixing, fixed-shape evaluation batches, and JPEG
-folders decoded on the device."""
+stores of decoded images, their batched augmentation and mixing, fixed-shape evaluation batches, evaluation
+splits shared among processes, and JPEG folders decoded on the device."""
 
 from .batch_augmentation import BatchAugmentation
 from .batch_mixing import BatchMixing
@@ -9,6 +9,7 @@ from .device_decode import DeviceImageTransform, EncodedImages, SeededEncodedIma
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .multi_crop import MultiCrop
 from .padding import PADDING_LABEL, pad_batch
+from .process_shares import EvaluationSampler, EvaluationShares, rank_and_world
 from .resumable import ResumableDataLoader, ResumableSampler, SeededTransformDataset
 from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch, folder_store
 
@@ -21,6 +22,8 @@ __all__ = [
     "DeviceImageTransform",
     "EncodedImages",
     "DIGITS_STD",
+    "EvaluationSampler",
+    "EvaluationShares",
     "MultiCrop",
     "PADDING_LABEL",
     "ResumableDataLoader",
@@ -37,5 +40,6 @@ __all__ = [
     "decode_batch",
     "folder_store",
     "pad_batch",
+    "rank_and_world",
     "load_digits_tensors",
 ]

@@ -20,16 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from .process_shares import rank_and_world
+
 __all__ = ["ResumableDataLoader", "ResumableSampler", "SeededTransformDataset"]
-
-
-def _rank_and_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 class ResumableSampler(DistributedSampler):
@@ -61,7 +56,7 @@ class ResumableSampler(DistributedSampler):
             order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         else:
             order = torch.arange(self.num_samples)
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         total = -(-self.num_samples // world) * world  # padded so every process gets as many samples
         order = torch.cat([order, order[: total - len(order)]])
         start = self._skip if self._skip_epoch == self.epoch else 0
@@ -74,7 +69,7 @@ class ResumableSampler(DistributedSampler):
             yield order[position], base + position
 
     def __len__(self) -> int:
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         return -(-self.num_samples // world)
 
 

@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
+from crate.data import PADDING_LABEL
 from crate.figures import reconstruction_figure
 from crate.models import create_classifier
 
@@ -113,9 +114,18 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         return torch.rand(images.shape[0], self.model.patch_embed.num_patches, generator=generator).to(images.device)
 
     def _eval_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int, stage: str) -> None:
+        """The reconstruction loss of a batch's masked patches; images labelled ``PADDING_LABEL`` (those that
+        even out the processes' shares, :class:`crate.data.EvaluationShares`) are left out."""
         images = batch[0]
-        loss = self.model.forward_mae(images, noise=self._noise(images, batch_idx))[0]
-        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True)
+        loss, pred, mask = self.model.forward_mae(images, noise=self._noise(images, batch_idx))
+        labels = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
+        if labels is not None and bool((labels == PADDING_LABEL).any()):
+            kept = labels != PADDING_LABEL
+            if not bool(kept.any()):
+                return
+            loss = self.model.reconstruction_loss(images[kept], pred[kept], mask[kept])
+            images = images[kept]
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True, batch_size=len(images))
         if stage == "val" and batch_idx == 0:
             self._figure_batch = images[: self.hparams.figure_images]
 

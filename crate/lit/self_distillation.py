@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from crate.data import PADDING_LABEL
 from crate.layers import ProjectionHead
 from crate.metrics import simdino_loss
 from crate.metrics.knn import weighted_knn_accuracy
@@ -229,6 +230,8 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
             return
         queries = self.all_gather(torch.cat(features)).flatten(0, -2)
         query_labels = self.all_gather(torch.cat(labels)).flatten()
+        kept = query_labels != PADDING_LABEL  # the images that even out the processes' shares count once
+        queries, query_labels = queries[kept], query_labels[kept]
         bank, bank_labels = self._bank()
         k = min(self.hparams.knn_k, len(bank))
         accuracy = weighted_knn_accuracy(

@@ -11,7 +11,7 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_config
 from torch.utils.data import DataLoader, Dataset
 
-from crate.data import ResumableDataLoader, SeededTransformDataset
+from crate.data import EvaluationSampler, EvaluationShares, ResumableDataLoader, SeededTransformDataset
 
 __all__ = ["LUMA", "DataError", "ImageDataModule"]
 
@@ -86,17 +86,29 @@ class ImageDataModule(L.LightningDataModule):
     def in_chans(self) -> int:
         return 3
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset | None, shares: bool) -> DataLoader:
+        """An evaluation loader of ``dataset`` in its order. With ``shares`` (validation and test), the processes
+        of a distributed run take even shares in which every image counts once (:class:`EvaluationSampler`);
+        without (predict), Lightning shares the split and its prediction writer places each prediction."""
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are asked for")
+        source, collate = self._evaluation_source(dataset)
+        sampler = None
+        if shares:
+            source, sampler = EvaluationShares(source), EvaluationSampler(len(source))
         return DataLoader(
-            dataset,
+            source,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             drop_last=False,
+            **({"collate_fn": collate} if collate is not None else {}),
         )
+
+    def _evaluation_source(self, dataset: Dataset) -> tuple[Dataset, Callable[[Any], Any] | None]:
+        """What an evaluation loader of ``dataset`` reads and its collate function (None: torch's)."""
+        return dataset, None
 
     def _batches_done(self) -> int:
         """Batches of the current epoch the training loop has finished (0 outside a fit)."""
@@ -159,7 +171,7 @@ class ImageDataModule(L.LightningDataModule):
             self._train_loader.load_state_dict(self._resume_state)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set, shares=True)
 
     def has_test_split(self) -> bool:
         """Whether the data has a test split, known before ``setup`` (subclasses without one say so)."""
@@ -179,11 +191,11 @@ class ImageDataModule(L.LightningDataModule):
         return {"train": self.train_set, "val": self.val_set, "test": self.test_set}[name]
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._split("test"), shuffle=False)
+        return self._loader(self._split("test"), shares=True)
 
     def predict_dataloader(self) -> DataLoader:
         """The ``predict_split`` in its evaluation form (no augmentation), in order."""
-        return self._loader(self._split(self.predict_split), shuffle=False)
+        return self._loader(self._split(self.predict_split), shares=False)
 
     def transforms_from(self, model: Any) -> None:
         """Take the evaluation transforms from ``model``'s pretrained cfg (as training on it did), for

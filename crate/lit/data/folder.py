@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from timm.data import create_transform
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import datasets
 
 from crate.data.device_decode import (
@@ -314,17 +314,10 @@ class ImageFolderDataModule(ImageDataModule):
             return super()._seeded_train_set()
         return SeededEncodedImages(self._encoded[id(self.train_set)]), collate_encoded
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
-        if self.decode != "device" or dataset is None:
-            return super()._loader(dataset, shuffle)
-        return DataLoader(
-            self._encoded[id(dataset)],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=collate_encoded,
-        )
+    def _evaluation_source(self, dataset: Dataset) -> tuple[Dataset, Callable[[Any], Any] | None]:
+        if self.decode != "device":
+            return super()._evaluation_source(dataset)
+        return self._encoded[id(dataset)], collate_encoded
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """decode "device": a batch of files decoded and transformed where the model runs, ``[images, labels]``."""
