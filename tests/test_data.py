@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,17 @@ def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
         match=r"lacks .*train.*val.*: the data root must be a folder holding train/<class>/<images> and val/",
     ):
         ImageFolderDataModule(str(tmp_path / "nowhere"))
+
+
+def test_a_class_only_a_held_out_split_has_is_named_with_what_to_do(tmp_path: Path) -> None:
+    write_image_folder(tmp_path)
+    extra = tmp_path / "val" / "zebra"
+    extra.mkdir()
+    shutil.copy(next((tmp_path / "val").rglob("*.png")), extra / "0.png")
+    with pytest.raises(
+        DataError, match=r"val has classes that .*train lacks: \['zebra'\]; .* add their images to train/"
+    ):
+        ImageFolderDataModule(str(tmp_path))
 
 
 def test_missing_cifar_offline_names_the_expected_folder(tmp_path: Path) -> None:

@@ -149,7 +149,10 @@ class FolderLayout:
         for split in splits:
             _check_class_folders(root / split)
             if unknown := sorted(set(_class_names(root / split)) - set(classes)):
-                raise DataError(f"{split}/ has classes that train/ lacks: {unknown}")
+                raise DataError(
+                    f"{root / split} has classes that {root / 'train'} lacks: {unknown}; a model learns only train/'s "
+                    f"classes: add their images to train/ or remove them from {split}/"
+                )
             if lacking := sorted(set(classes) - set(_class_names(root / split))):
                 rank_zero_warn(
                     f"{root / split} lacks {len(lacking)} of train/'s {len(classes)} classes ({', '.join(lacking[:5])}"
