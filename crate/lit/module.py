@@ -274,13 +274,14 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
 
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> None:
         """Loss and accuracy of an evaluation batch; samples labelled ``PADDING_LABEL`` (a padded last batch,
-        :func:`crate.data.pad_batch`) are left out of both, without reading anything back to the host."""
+        :func:`crate.data.pad_batch`, or the copies that even out the processes' shares) are left out of both,
+        without reading anything back to the host."""
         images, targets = batch
         logits = self.evaluated_model()(images)
         kept = targets != PADDING_LABEL
-        losses = nn.functional.cross_entropy(
-            logits, targets.clamp(min=0), reduction="none", label_smoothing=self.hparams.label_smoothing
-        )
+        # the held-out labels' plain cross-entropy, as timm's validation measures it: label smoothing is a
+        # training setting, and a smoothed loss cannot fall below a floor that depends on it
+        losses = nn.functional.cross_entropy(logits, targets.clamp(min=0), reduction="none")
         metrics = self.eval_metrics[stage]
         metrics["loss"].update(losses, weight=kept.to(losses.dtype))
         metrics["acc"].update(logits, targets)
