@@ -180,6 +180,21 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
         _load("crate_nano_patch4_32", tmp_path / "nowhere.pth", num_classes=10)
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("crate_nano_patch4_32", r"names no weights by itself: pick one of its tags \(.*crate_nano_patch4_32\.digits"),
+        ("crate_cct4_3x2_32", r"names no weights by itself: pick one of its tags \(crate_cct4_3x2_32\.cifar10\)"),
+        ("crate_tiny_patch16_224", r"has no pretrained weights: give a checkpoint file"),
+    ],
+)
+def test_pretrained_weights_of_a_bare_architecture_name_point_to_its_tags(name: str, said: str) -> None:
+    """timm says "No pretrained weights exist" of a name whose weights are under its tags."""
+    with pytest.raises(ValueError, match=said):
+        timm.create_model(name, pretrained=True)
+    assert timm.create_model(name, pretrained=False) is not None  # an untrained model needs no tag
+
+
 def test_bytes_that_are_no_checkpoint_get_torch_s_finding_not_its_advice_to_unpickle_unsafely(tmp_path: Path) -> None:
     bad = tmp_path / "notes.pth"
     bad.write_bytes(b"garbage, not a checkpoint\n")  # torch's weights-only unpickler stops at its first byte

@@ -39,6 +39,7 @@ import torch
 from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
+from .names import check_model_name
 
 __all__ = [
     "LABEL_NAMES_KEY",
@@ -360,6 +361,11 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     """
     path = _file_of(kwargs, variant) if pretrained else None
     if path is None:
+        overlay = kwargs.get("pretrained_cfg_overlay") or {}
+        if pretrained and not (isinstance(overlay, Mapping) and overlay.get("state_dict") is not None):
+            # timm would say "No pretrained weights exist" of an architecture whose weights are under its tags
+            tag = kwargs.get("pretrained_cfg")
+            check_model_name(f"{variant}.{tag}" if isinstance(tag, str) and tag else variant, pretrained=True)
         return kwargs
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     checkpoint = read_checkpoint(path, ema=bool(overlay.pop("ema", False)))
