@@ -102,6 +102,23 @@ def test_bad_shapes_and_conventions_are_refused() -> None:
         F.sparsity(torch.randn(4))
 
 
+@pytest.mark.parametrize("eps", [0.0, -0.5, float("nan"), float("inf"), "half"])
+def test_a_distortion_that_is_no_positive_number_is_refused_by_functions_and_metrics(eps) -> None:
+    """The paper's convention squares eps, so -0.5 would otherwise pass for 0.5; 0 divides by zero."""
+    Z, U = torch.randn(2, 3, 4), torch.randn(2, 4, 2)
+    with pytest.raises(ValueError, match=r"eps must be a finite number above 0"):
+        F.coding_rate(Z, eps)
+    with pytest.raises(ValueError, match=r"eps must be a finite number above 0"):
+        F.compression_rate(Z, U, eps, "official")
+    for metric in (CodingRate, CompressionRate, SparseRateReduction):
+        with pytest.raises(ValueError, match=r"eps must be a finite number above 0"):
+            metric(eps=eps)
+    with pytest.raises(ValueError, match="convention"):
+        CodingRate(convention="mine")  # at construction, as torchmetrics checks its arguments
+    with pytest.raises(ValueError, match="lam"):
+        SparseRateReduction(lam=float("nan"))
+
+
 def _metrics_and_inputs(seed: int = 3) -> tuple[list, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     Z = torch.relu(torch.randn(10, 9, 12, generator=generator, dtype=torch.float64))

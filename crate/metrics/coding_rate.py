@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from .functional import Convention, coding_rate, compression_rate, sparse_rate_reduction, sparsity
+from .functional import (
+    Convention,
+    check_rate_settings,
+    coding_rate,
+    compression_rate,
+    sparse_rate_reduction,
+    sparsity,
+)
 from .mean_over_samples import MeanOverSamples
 
 __all__ = ["CodingRate", "CompressionRate", "SparseRateReduction", "Sparsity"]
@@ -19,6 +27,7 @@ class _RateMetric(MeanOverSamples):
 
     def __init__(self, eps: float = 0.5, convention: Convention = "paper", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        check_rate_settings(eps, convention)
         self.eps = eps
         self.convention = convention
 
@@ -60,6 +69,8 @@ class SparseRateReduction(_RateMetric):
 
     def __init__(self, eps: float = 0.5, lam: float = 0.1, convention: Convention = "paper", **kwargs: Any) -> None:
         super().__init__(eps, convention, **kwargs)
+        if not math.isfinite(lam):
+            raise ValueError(f"lam must be a finite number, got {lam!r}")
         self.lam = lam
 
     def update(self, Z: torch.Tensor, U: torch.Tensor) -> None:

@@ -19,6 +19,7 @@ Z and small eps.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -26,6 +27,7 @@ import torch
 __all__ = [
     "Convention",
     "OFFICIAL_EPS",
+    "check_rate_settings",
     "coding_rate",
     "compression_rate",
     "default_eps",
@@ -78,6 +80,18 @@ def _check_convention(convention: str) -> None:
         raise ValueError(f"convention must be 'paper' or 'official', got {convention!r}")
 
 
+def check_rate_settings(eps: float, convention: str) -> None:
+    """Raise a ValueError for a distortion ``eps`` that is not a finite number above 0 (the paper's squares it, so
+    a negative one would pass for its absolute value) or an unknown ``convention``."""
+    _check_convention(convention)
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"eps must be a finite number above 0, got {eps!r}")
+
+
 def _rate(Z: torch.Tensor, eps: float, convention: Convention) -> torch.Tensor:
     """R of (B, N, d) or (B, K, N, p) tokens under a convention, shape (B,) or (B, K)."""
     tokens, dim = Z.shape[-2], Z.shape[-1]
@@ -97,7 +111,7 @@ def coding_rate(Z: torch.Tensor, eps: float = 0.5, convention: Convention = "pap
     ``eps=OFFICIAL_EPS``, applied to what the attention sees (``crate.metrics.layerwise``), this gives the
     numbers of the CRATE authors' measurement code.
     """
-    _check_convention(convention)
+    check_rate_settings(eps, convention)
     return _rate(_as_batch(Z), eps, convention)
 
 
@@ -112,7 +126,7 @@ def compression_rate(
     Z: torch.Tensor, U: torch.Tensor, eps: float = 0.5, convention: Convention = "paper"
 ) -> torch.Tensor:
     """Per-sample compression term R^c(Z | U_[K]) = sum_k R(Z U_k), p in place of d; -> (B,)."""
-    _check_convention(convention)
+    check_rate_settings(eps, convention)
     return _rate(_project(_as_batch(Z), U), eps, convention).sum(dim=-1)
 
 
