@@ -154,6 +154,8 @@ def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
         (["--model.lr", "-1"], "lr must be > 0, got -1.0"),
         (["--model.weight_decay", "-0.1", "--model.layer_decay", "0"], "weight_decay must be >= 0, got -0.1"),
         (["--model.betas", "[0.9, 1.5]"], "betas must be two values in [0, 1), got (0.9, 1.5)"),
+        (["--model.label_smoothing", "1.5"], "label_smoothing must lie in [0, 1), got 1.5"),
+        (["--model.mixup_alpha", "-1"], "mixup_alpha and cutmix_alpha must be >= 0 (0: off), got -1.0 and 0.0"),
         ("empty class folder", "class folders without images"),
     ],
 )

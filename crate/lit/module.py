@@ -56,6 +56,12 @@ def _check_settings(hp: Any) -> None:
         raise ValueError(f"ema_decay must lie in (0, 1), got {hp.ema_decay}")
     if not 0.0 <= hp.drop_path_rate < 1.0:
         raise ValueError(f"drop_path_rate must lie in [0, 1), got {hp.drop_path_rate}")
+    if not 0.0 <= hp.label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must lie in [0, 1), got {hp.label_smoothing}")
+    if hp.mixup_alpha < 0 or hp.cutmix_alpha < 0:
+        raise ValueError(
+            f"mixup_alpha and cutmix_alpha must be >= 0 (0: off), got {hp.mixup_alpha} and {hp.cutmix_alpha}"
+        )
     if hp.compile_mode is not None and hp.compile_mode not in _COMPILE_MODES:
         raise ValueError(f"compile_mode must be one of {_COMPILE_MODES} or None, got {hp.compile_mode!r}")
     if hp.objective_weight < 0 or hp.objective_images < 1:
