@@ -23,7 +23,8 @@ from crate.interpret.loading import held_out_accuracy, load_run
 from crate.lit import MaskedAutoencoder, cli_main, cpu_precision
 from crate.models import CheckpointError, read_checkpoint
 from crate.run import read_record
-from crate.run.resume_check import recipe_changes
+from crate.run.record import UPDATE_BATCH_KEY
+from crate.run.resume_check import check_resume_recipe, recipe_changes
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / "configs" / "crate_nano_digits.yaml")
@@ -156,11 +157,20 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
     hflip = recorded["data"]["init_args"]["augmentation"]["hflip"]
     cases = [
         (["--model.lr", str(lr * 2)], f"model.lr {lr} -> {lr * 2}"),
-        (["--data.batch_size", str(batch // 2)], f"data.batch_size {batch} -> {batch // 2}"),
+        (
+            ["--data.batch_size", str(batch // 2)],
+            f"the images of an optimizer step {batch} images (data.batch_size {batch} x 1 process x 1 accumulated) -> "
+            f"{batch // 2} images (data.batch_size {batch // 2} x 1 process x 1 accumulated), which --data.batch_size "
+            f"{batch} keeps",
+        ),
         (["--data.augmentation.hflip", "0.5"], f"data.augmentation.hflip {hflip} -> 0.5"),
         (["--trainer.precision", "bf16-mixed"], "trainer.precision 32-true -> bf16-mixed"),  # the config sets none
         # two batches to an update: the batch of an update doubles as with the batch size, and the schedule shortens
-        (["--trainer.accumulate_grad_batches", "2"], "trainer.accumulate_grad_batches 1 -> 2"),
+        (
+            ["--trainer.accumulate_grad_batches", "2"],
+            f"-> {2 * batch} images (data.batch_size {batch} x 1 process x 2 accumulated), which --data.batch_size "
+            f"{batch // 2} keeps",
+        ),
     ]
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     monkeypatch.setattr(cpu_precision, "cpu_has_native_bf16", lambda: False)  # bf16 would crawl here
@@ -182,6 +192,38 @@ def test_a_resume_with_another_recipe_is_refused_and_one_that_changes_no_recipe_
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
     # the seed chose the run's initial weights: the run's config (and its card) keeps the one it started with
     assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == seed
+
+
+def test_a_resume_may_share_a_step_s_images_out_anew_but_not_change_them(runs, tmp_path: Path) -> None:
+    """A run of batch 64 on one process resumes on two with batch 32 or with two accumulated batches of 32 (each
+    step reads 64 images); on two processes with batch 64 it would read 128 and is refused. A file written before
+    the step's images were recorded is held to its batch size and its config's accumulated batches."""
+    held = read_checkpoint(runs["split1"])
+    record = read_record(held)
+    batch = record.update_batch["batch_size"]
+    assert record.update_batch == {"batch_size": batch, "processes": 1, "accumulate": 1}
+
+    def resume(held, batch_size: int, processes: int, accumulate: int = 1) -> None:  # noqa: ANN001
+        data = json.loads(json.dumps(record.data_config))
+        data["init_args"]["batch_size"] = batch_size
+        step = {"batch_size": batch_size, "processes": processes, "accumulate": accumulate}
+        check_resume_recipe(held, record.hyper_parameters, data, "32-true", step)
+
+    resume(held, batch // 2, 2)
+    resume(held, batch // 2, 1, accumulate=2)
+    with pytest.raises(CheckpointError, match=rf"step {batch} images .* -> {2 * batch} images .* 2 processes"):
+        resume(held, batch, 2)
+    loaded = torch.load(runs["split1"], weights_only=True)
+    del loaded[UPDATE_BATCH_KEY]
+    older = tmp_path / "split1" / "version_0" / "checkpoints" / "older.ckpt"
+    shutil.copytree(runs["split1"].parents[1], older.parents[1], symlinks=True)
+    torch.save(loaded, older)
+    held = read_checkpoint(older)
+    assert read_record(held).update_batch is None
+    with pytest.raises(CheckpointError, match=rf"data.batch_size {batch} -> {batch // 2}"):
+        resume(held, batch // 2, 2)
+    with pytest.raises(CheckpointError, match=r"trainer.accumulate_grad_batches 1 -> 2"):
+        resume(held, batch, 1, accumulate=2)
 
 
 def test_recipe_changes_name_each_changed_setting_both_record_and_skip_the_free_ones() -> None:

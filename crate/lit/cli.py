@@ -282,7 +282,11 @@ class CrateCLI(LightningCLI):
                 dict(self.model.hparams),
                 data_config,
                 self.trainer.precision,
-                self.trainer.accumulate_grad_batches,
+                {
+                    "batch_size": int(getattr(self.datamodule, "batch_size", 0) or 0),
+                    "processes": int(self.trainer.world_size),
+                    "accumulate": int(self.trainer.accumulate_grad_batches),
+                },
             )
             keep_run_seed(config, self.resumed.path)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from crate.models.checkpoint import LABEL_NAMES_KEY
-from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, module_kind
+from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, UPDATE_BATCH_KEY, module_kind
 
 __all__ = ["PROGRAMS", "RunRecord", "module_kind"]
 
@@ -16,12 +16,21 @@ class RunRecord:
     """Mixin of the zoo's LightningModules: every checkpoint they write records the module's class name and,
     where the DataModule has one (``train.py`` sets it from the config), the run's ``data_config``
     (``{"class_path": ..., "init_args": {...}}``, plain YAML types) and the data's identity (its source, folder,
-    classes, split sizes, image size and channels), which a resume is checked against, and the class names in
-    label order (what ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``)."""
+    classes, split sizes, image size and channels), which a resume is checked against as it is against the images
+    of an optimizer step (batch size, processes, accumulated batches), and the class names in label order (what
+    ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``)."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__
-        datamodule = getattr(getattr(self, "_trainer", None), "datamodule", None)
+        trainer = getattr(self, "_trainer", None)
+        datamodule = getattr(trainer, "datamodule", None)
+        batch_size = getattr(datamodule, "batch_size", None)
+        if isinstance(batch_size, int):  # the images of an optimizer step, which a resume must keep
+            checkpoint[UPDATE_BATCH_KEY] = {
+                "batch_size": batch_size,
+                "processes": int(trainer.world_size),
+                "accumulate": int(trainer.accumulate_grad_batches),
+            }
         config = getattr(datamodule, "data_config", None)
         if config is not None:
             checkpoint[DATA_CONFIG_KEY] = config

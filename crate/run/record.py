@@ -2,10 +2,10 @@
 
 A Lightning checkpoint of ``train.py`` / ``pretrain.py`` records which module wrote it, the data section of
 the run's config, the data's identity (source, folder, classes, split sizes, image size, channels), the
-classical baselines measured on the run's split, and Lightning's own loop and optimizer state (epoch, step,
-the learning-rate schedule). An export's safetensors metadata records the data section. :func:`read_record`
-reads all of it from a :class:`crate.models.Checkpoint` (whose ``record`` holds the file's entries as
-written), so the rest of the package never reads those keys itself."""
+classical baselines measured on the run's split, the images of an optimizer step, and Lightning's own loop
+and optimizer state (epoch, step, the learning-rate schedule). An export's safetensors metadata records the
+data section. :func:`read_record` reads all of it from a :class:`crate.models.Checkpoint` (whose ``record``
+holds the file's entries as written), so the rest of the package never reads those keys itself."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ __all__ = [
     "DATA_IDENTITY_KEY",
     "MODULE_KEY",
     "PROGRAMS",
+    "UPDATE_BATCH_KEY",
     "FileRecord",
     "module_kind",
     "read_record",
@@ -36,6 +37,7 @@ MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
 DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args (also in an export's metadata)
 DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
 BASELINE_KEY = "classical_baseline"  # the classical models' scores on the run's own split
+UPDATE_BATCH_KEY = "update_batch"  # the images of an optimizer step: batch_size, processes, accumulate
 
 # the command that trains each module kind, for messages
 PROGRAMS = {
@@ -61,6 +63,9 @@ class FileRecord:
     classical_baseline: dict[str, Any] | None = None
     peak_lr: float | None = None
     planned_steps: int | None = None
+    # the images of an optimizer step as {"batch_size", "processes", "accumulate"} (per process, how many, and
+    # batches accumulated): their product is what each update of the run averaged its gradient over
+    update_batch: dict[str, int] | None = None
 
 
 def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
@@ -149,7 +154,16 @@ def read_record(held: Checkpoint) -> FileRecord:
         classical_baseline=record.get(BASELINE_KEY),
         peak_lr=_peak_lr(record),
         planned_steps=_planned_steps(record),
+        update_batch=_update_batch(record.get(UPDATE_BATCH_KEY)),
     )
+
+
+def _update_batch(value: Any) -> dict[str, int] | None:
+    """A recorded update batch with its three counts as positive integers, None otherwise."""
+    keys = ("batch_size", "processes", "accumulate")
+    if not isinstance(value, Mapping) or not all(isinstance(value.get(key), int) and value[key] > 0 for key in keys):
+        return None
+    return {key: int(value[key]) for key in keys}
 
 
 def module_kind(held: Checkpoint) -> str | None:

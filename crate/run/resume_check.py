@@ -85,30 +85,55 @@ def _precision(value: Any) -> str:
     return _PRECISION_NAMES.get(text, text)
 
 
+def _images(batch: dict[str, int]) -> int:
+    """The images an optimizer step averages its gradient over."""
+    return batch["batch_size"] * batch["processes"] * batch["accumulate"]
+
+
+def _shown_update(batch: dict[str, int]) -> str:
+    """An optimizer step's images, with the counts they are the product of."""
+    processes = "process" if batch["processes"] == 1 else "processes"
+    return (
+        f"{_images(batch)} images (data.batch_size {batch['batch_size']} x {batch['processes']} {processes} x "
+        f"{batch['accumulate']} accumulated)"
+    )
+
+
 def check_resume_recipe(
     held: Checkpoint,
     hparams: dict[str, Any],
     data_config: dict[str, Any] | None,
     precision: str,
-    accumulate_grad_batches: int = 1,
+    update_batch: dict[str, int],
 ) -> None:
     """Refuse to resume ``held`` with a recipe other than the one it was trained with: the module's settings
     (``hparams``, what the config builds now), the data section's settings other than where and how its images
-    are read (``data_config``), and the trainer's ``precision`` and ``accumulate_grad_batches`` (the batch of an
-    update, as the data's batch size is) against the run's ``config.yaml`` (where one lies beside the
-    checkpoint's folder). Settings a file does not record pass."""
+    are read (``data_config``), the trainer's ``precision`` against the run's ``config.yaml`` (where one lies
+    beside the checkpoint's folder), and the images of an optimizer step (``update_batch``: ``batch_size`` per
+    process x ``processes`` x ``accumulate``d batches). A step's images may be shared out anew (a run of batch 64
+    on one process resumes on two with batch 32, which read the same images a step), not changed; a file that
+    does not record them is held to its data section's batch size and its config's accumulated batches.
+    Settings a file does not record pass."""
     record = read_record(held)
     changes = [f"model.{change}" for change in recipe_changes(record.hyper_parameters, hparams, _FREE_MODULE_SETTINGS)]
     recorded_data, current_data = record.data_config or {}, data_config or {}
+    free_data = _FREE_DATA_SETTINGS | ({"batch_size"} if record.update_batch else set())
     if recorded_data.get("class_path") == current_data.get("class_path"):  # another class: the data check's
         recorded_args, current_args = recorded_data.get("init_args") or {}, current_data.get("init_args") or {}
-        changes += [f"data.{change}" for change in recipe_changes(recorded_args, current_args, _FREE_DATA_SETTINGS)]
+        changes += [f"data.{change}" for change in recipe_changes(recorded_args, current_args, free_data)]
     trainer = run_config(held.path).get("trainer")
     if isinstance(trainer, dict) and _precision(trainer.get("precision")) != _precision(precision):
         changes.append(f"trainer.precision {_precision(trainer.get('precision'))} -> {_precision(precision)}")
-    recorded_accumulate = trainer.get("accumulate_grad_batches") if isinstance(trainer, dict) else None
-    if recorded_accumulate is not None and int(recorded_accumulate) != int(accumulate_grad_batches):
-        changes.append(f"trainer.accumulate_grad_batches {recorded_accumulate} -> {accumulate_grad_batches}")
+    if record.update_batch:
+        images, sharing = _images(record.update_batch), update_batch["processes"] * update_batch["accumulate"]
+        if update_batch["batch_size"] and images != _images(update_batch):
+            shown = f"{_shown_update(record.update_batch)} -> {_shown_update(update_batch)}"
+            keep = f", which --data.batch_size {images // sharing} keeps" if images % sharing == 0 else ""
+            changes.append(f"the images of an optimizer step {shown}{keep}")
+    else:
+        recorded_accumulate = trainer.get("accumulate_grad_batches") if isinstance(trainer, dict) else None
+        if recorded_accumulate is not None and int(recorded_accumulate) != update_batch["accumulate"]:
+            changes.append(f"trainer.accumulate_grad_batches {recorded_accumulate} -> {update_batch['accumulate']}")
     if changes:
         raise CheckpointError(
             f"--ckpt_path {held.path} resumes a run trained with other settings ({'; '.join(changes)}); nothing was "
