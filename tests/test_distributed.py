@@ -85,10 +85,10 @@ def test_predictions_of_one_checkpoint_are_the_same_on_one_and_two_processes(run
     order, each row beside its own label, as one process writes it."""
     ckpt = str(runs["one"] / "checkpoints" / "last.ckpt")
     rows = {}
-    for label, extra in (("one", []), ("two", ["--config", DDP, "--data.batch_size", "32"])):
+    for label, run, extra in (("one", run_in_process, []), ("two", run_train, ["--config", DDP])):
         out = tmp_path / f"{label}.csv"
-        _ok(run_train("predict", "--config", DEFAULT, *extra, *QUIET, "--ckpt_path", ckpt,
-                      "--prediction_writer.output", str(out)))  # fmt: skip
+        _ok(run("predict", "--config", DEFAULT, *extra, *QUIET, "--ckpt_path", ckpt,
+                "--prediction_writer.output", str(out)))  # fmt: skip
         with out.open() as handle:
             rows[label] = list(csv.DictReader(handle))
     from sklearn.datasets import load_digits
