@@ -17,7 +17,9 @@ __all__ = ["PredictionWriter"]
 class PredictionWriter(BasePredictionWriter):
     """After ``predict``, write ``predictions.csv`` into the run's folder (or ``output``): one row per image
     with its index in the split, its file (for image folders), its label, the predicted class and the
-    predicted probability; the class names are those of the data where it has them.
+    predicted probability; the class names are those of the data where it has them. On several processes each
+    predicts its share of the split; rank zero gathers the shares and writes each row by the index of its image,
+    so the file is the one a single process writes.
 
     Args:
         output: the CSV file to write; default ``<run folder>/predictions.csv``.
