@@ -136,3 +136,18 @@ def test_self_distillation_s_k_nn_counts_its_own_images_once(monkeypatch, tmp_pa
 
     shared, subset = _share_and_subset(monkeypatch, build, rank=2, world=3)  # 20 images: a share of 6 and 1 padding
     assert shared["val/knn_acc"] == subset["val/knn_acc"]
+
+
+def test_a_padding_copy_keeps_every_entry_but_the_label(monkeypatch) -> None:
+    """Items of more entries (an encoded file's bytes, label and path) keep their image and path."""
+
+    class Files(Dataset):
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, index: int) -> tuple[bytes, int, str]:
+            return bytes([index]), index, f"{index}.jpg"
+
+    monkeypatch.setattr(process_shares, "rank_and_world", lambda: (1, 2))
+    items = EvaluationShares(Files()).__getitems__(list(EvaluationSampler(3)))
+    assert items == [(bytes([1]), 1, "1.jpg"), (bytes([0]), PADDING_LABEL, "0.jpg")]
