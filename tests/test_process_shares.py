@@ -151,3 +151,14 @@ def test_a_padding_copy_keeps_every_entry_but_the_label(monkeypatch) -> None:
     monkeypatch.setattr(process_shares, "rank_and_world", lambda: (1, 2))
     items = EvaluationShares(Files()).__getitems__(list(EvaluationSampler(3)))
     assert items == [(bytes([1]), 1, "1.jpg"), (bytes([0]), PADDING_LABEL, "0.jpg")]
+
+
+def test_a_share_of_padding_only_still_logs_the_masked_autoencoder_s_loss(monkeypatch, tmp_path: Path) -> None:
+    """3 validation images on 4 processes: the fourth process reads one padding copy. It must still log val/loss
+    (with no weight), since Lightning syncs every key a process logged with every other process at the end."""
+    root = write_image_folder(tmp_path / "images", ("a", "b", "c"), 2, val_per_class=1, size=32, gray=False)
+    torch.manual_seed(0)
+    module = MaskedAutoencoder("crate_mae_nano_patch4_32", img_size=32, model_kwargs={"depth": 1})
+    data = StoredImageFolderDataModule(str(root), batch_size=4)
+    monkeypatch.setattr(process_shares, "rank_and_world", lambda: (3, 4))
+    assert "val/loss" in _validate(module, data)

@@ -119,12 +119,10 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         images = batch[0]
         loss, pred, mask = self.model.forward_mae(images, noise=self._noise(images, batch_idx))
         labels = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
-        if labels is not None and bool((labels == PADDING_LABEL).any()):
-            kept = labels != PADDING_LABEL
-            if not bool(kept.any()):
-                return
-            loss = self.model.reconstruction_loss(images[kept], pred[kept], mask[kept])
+        if labels is not None and not bool((kept := labels != PADDING_LABEL).all()):
             images = images[kept]
+            # a batch of copies only still logs (with no weight): every process must sync the same keys
+            loss = self.model.reconstruction_loss(images, pred[kept], mask[kept]) if len(images) else loss * 0
         self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True, batch_size=len(images))
         if stage == "val" and batch_idx == 0:
             self._figure_batch = images[: self.hparams.figure_images]
