@@ -55,6 +55,21 @@ def test_image_folder_accepts_grayscale_and_rgb(tmp_path: Path) -> None:
     assert set(labels.tolist()) <= {0, 1}
 
 
+def test_an_image_folder_s_train_set_is_its_evaluation_form_and_only_the_training_loader_augments(
+    tmp_path: Path,
+) -> None:
+    """Probes, lenses and ``predict --data.predict_split train`` read ``train_set``: the same tensor at every read,
+    the one the validation transform makes of the file. The training loader still crops and flips."""
+    write_image_folder(tmp_path)
+    data = ImageFolderDataModule(str(tmp_path), img_size=32, batch_size=4, num_workers=0)
+    data.setup("fit")
+    forms = [data.val_set.transform(data.loader(path)) for path, _ in data.train_set.samples]
+    assert all(torch.equal(data.train_set[i][0], forms[i]) for i in range(len(forms)))
+    assert torch.equal(data.train_set[0][0], data.train_set[0][0])
+    images, _ = next(iter(data.train_dataloader()))
+    assert not any(torch.equal(image, form) for image in images for form in forms)
+
+
 def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(
         FileNotFoundError,
@@ -130,7 +145,7 @@ def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_p
     def folder_steps(**kwargs) -> list:
         data = ImageFolderDataModule(str(tmp_path), num_workers=0, **kwargs)
         data.setup("fit")
-        return _transform_steps(data.train_set.transform)
+        return _transform_steps(data.train_transform)  # what the training loader applies
 
     def crop(found: list) -> RandomResizedCropAndInterpolation:
         return next(step for step in found if isinstance(step, RandomResizedCropAndInterpolation))
@@ -149,7 +164,7 @@ def test_augmentation_settings_reach_timm_s_transform_in_every_data_module(tmp_p
         assert any("RandAugment" in type(step).__name__ for step in found)
     padded = ImageFolderDataModule(str(tmp_path), img_size=32, num_workers=0, augmentation=Augmentation(padding=3))
     padded.setup("fit")
-    found = _transform_steps(padded.train_set.transform)
+    found = _transform_steps(padded.train_transform)
     assert any(isinstance(step, transforms.RandomCrop) and step.padding == 3 for step in found)
     assert not any(isinstance(step, RandomResizedCropAndInterpolation) for step in found)
 

@@ -3,6 +3,7 @@ optionally, ``root/test/<class>/*``."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,6 +18,7 @@ from timm.data import create_transform
 from torch.utils.data import Dataset
 from torchvision import datasets
 
+from crate.data import SeededTransformDataset
 from crate.data.device_decode import (
     DeviceImageTransform,
     EncodedImages,
@@ -252,6 +254,7 @@ class ImageFolderDataModule(ImageDataModule):
         if decode == "device":
             check_device_augmentation(self.augmentation, self.img_size)
         self.device_transform: DeviceImageTransform | None = None
+        self._train_images: datasets.ImageFolder | None = None  # the training images as decoded, for augmenting
         self._encoded: dict[int, EncodedImages] = {}  # id of a split's dataset -> its files for the device path
         self._class_weights = self.recipe.class_weights if class_weights == "auto" else class_weights
         if self._class_weights is not None and len(self._class_weights) != len(layout.classes):
@@ -292,7 +295,12 @@ class ImageFolderDataModule(ImageDataModule):
             interpolation=config.get("interpolation", "bilinear"),
         )
         class_index = {name: index for index, name in enumerate(self.classes)}
-        train = datasets.ImageFolder(str(self.root / "train"), transform=augment, loader=self.loader)
+        # the training loader augments the decoded images (under each sample's seed); train_set is the same
+        # images in the evaluation form, for everything that reads them outside training (probes, predict)
+        self._train_images = datasets.ImageFolder(str(self.root / "train"), loader=self.loader)
+        self.train_transform = augment
+        train = copy.copy(self._train_images)  # the same file list, read once
+        train.transform = create_transform(**config)
         evaluated = []
         for split in self.splits[1:]:
             dataset = datasets.ImageFolder(
@@ -314,7 +322,7 @@ class ImageFolderDataModule(ImageDataModule):
     # their PIL transforms for everything that reads single images (interpretation, probes, baselines)
     def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
         if self.decode != "device":
-            return super()._seeded_train_set()
+            return SeededTransformDataset(self._train_images, self.train_transform), None
         return SeededEncodedImages(self._encoded[id(self.train_set)]), collate_encoded
 
     def _evaluation_source(self, dataset: Dataset) -> tuple[Dataset, Callable[[Any], Any] | None]:
