@@ -161,4 +161,11 @@ def test_a_share_of_padding_only_still_logs_the_masked_autoencoder_s_loss(monkey
     module = MaskedAutoencoder("crate_mae_nano_patch4_32", img_size=32, model_kwargs={"depth": 1})
     data = StoredImageFolderDataModule(str(root), batch_size=4)
     monkeypatch.setattr(process_shares, "rank_and_world", lambda: (3, 4))
-    assert "val/loss" in _validate(module, data)
+    logged = []
+    log = module.log
+    monkeypatch.setattr(
+        module, "log", lambda name, value, **kw: (logged.append((name, value, kw)), log(name, value, **kw))
+    )
+    _validate(module, data)
+    losses = [(float(value), kw["batch_size"]) for name, value, kw in logged if name == "val/loss"]
+    assert losses == [(0.0, 0)]  # logged, finite, and with no weight in the mean over processes

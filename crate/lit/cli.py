@@ -37,7 +37,7 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
-from .run_record import PROGRAMS, module_kind
+from .run_record import PROGRAMS, module_kind, update_batch
 from .run_summary import RunSummary
 from .snapshots import WeightSnapshots
 from .wall_clock import WallClock
@@ -282,11 +282,7 @@ class CrateCLI(LightningCLI):
                 dict(self.model.hparams),
                 data_config,
                 self.trainer.precision,
-                {
-                    "batch_size": int(getattr(self.datamodule, "batch_size", 0) or 0),
-                    "processes": int(self.trainer.world_size),
-                    "accumulate": int(self.trainer.accumulate_grad_batches),
-                },
+                update_batch(self.trainer, self.datamodule),
             )
             keep_run_seed(config, self.resumed.path)
         refuse_misfit = getattr(self.model, "refuse_misfit", None)

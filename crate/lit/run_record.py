@@ -6,10 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning as L
+
 from crate.models.checkpoint import LABEL_NAMES_KEY
 from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, UPDATE_BATCH_KEY, module_kind
 
-__all__ = ["PROGRAMS", "RunRecord", "module_kind"]
+__all__ = ["PROGRAMS", "RunRecord", "module_kind", "update_batch"]
+
+
+def update_batch(trainer: L.Trainer, datamodule: Any) -> dict[str, int]:
+    """The images of an optimizer step as the run's checkpoints record them and a resume compares them: the data's
+    batch size per process (0 where the data has none), the number of processes and the batches accumulated."""
+    batch_size = getattr(datamodule, "batch_size", None)
+    return {
+        "batch_size": batch_size if isinstance(batch_size, int) else 0,
+        "processes": int(trainer.world_size),
+        "accumulate": int(trainer.accumulate_grad_batches),
+    }
 
 
 class RunRecord:
@@ -24,13 +37,8 @@ class RunRecord:
         checkpoint[MODULE_KEY] = type(self).__name__
         trainer = getattr(self, "_trainer", None)
         datamodule = getattr(trainer, "datamodule", None)
-        batch_size = getattr(datamodule, "batch_size", None)
-        if isinstance(batch_size, int):  # the images of an optimizer step, which a resume must keep
-            checkpoint[UPDATE_BATCH_KEY] = {
-                "batch_size": batch_size,
-                "processes": int(trainer.world_size),
-                "accumulate": int(trainer.accumulate_grad_batches),
-            }
+        if trainer is not None and (step := update_batch(trainer, datamodule))["batch_size"]:
+            checkpoint[UPDATE_BATCH_KEY] = step  # the images of an optimizer step, which a resume must keep
         config = getattr(datamodule, "data_config", None)
         if config is not None:
             checkpoint[DATA_CONFIG_KEY] = config
