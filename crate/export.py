@@ -41,7 +41,7 @@ from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, read_checkpoint
-from crate.models.checkpoint import LABEL_NAMES_KEY
+from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
 from crate.run.record import DATA_CONFIG_KEY
@@ -205,6 +205,8 @@ def _exported_model(run: Run, dtype: str) -> tuple[torch.nn.Module, dict[str, An
             "timm.models.load_checkpoint / torch.save instead"
         )
     model.load_state_dict(checkpoint_filter_fn(run.checkpoint.state_dict, model))
+    if run.checkpoint.eval_transform:  # the hub folder's config.json says how the run made tensors of its images
+        model.pretrained_cfg = model.default_cfg = {**model.pretrained_cfg, **run.checkpoint.eval_transform}
     model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
     model_config = {
         "num_classes": run.num_classes,
@@ -222,6 +224,8 @@ def _write_weights(model: torch.nn.Module, run: Run, out: Path, dtype: str, mode
         metadata[DATA_CONFIG_KEY] = json.dumps(run.data_config)
     if run.checkpoint.label_names:
         metadata[LABEL_NAMES_KEY] = json.dumps(list(run.checkpoint.label_names))
+    if run.checkpoint.eval_transform:
+        metadata[EVAL_TRANSFORM_KEY] = json.dumps(run.checkpoint.eval_transform)
     state = {
         k: (v.to(DTYPES[dtype]) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()
     }

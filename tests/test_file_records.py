@@ -1,6 +1,6 @@
-"""A file builds the model it was trained as: its input channels, image size and class names travel with it,
-through a run's .ckpt, an exported safetensors file and a hub folder; other sizes asked for are adapted with a
-warning, never silently."""
+"""A file builds the model it was trained as: its input channels, image size, class names and evaluation transform
+travel with it, through a run's .ckpt, an exported safetensors file and a hub folder; other sizes asked for are
+adapted with a warning, never silently."""
 
 from __future__ import annotations
 
@@ -9,16 +9,22 @@ import warnings
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import timm
 import torch
+from conftest import write_image_folder
 from PIL import Image
 from safetensors import safe_open
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 
 import crate  # noqa: F401
 from crate.data.digits import load_digits_tensors
 from crate.export import export_checkpoint
 from crate.lit import DigitsDataModule, ImageClassifier, ImageFolderDataModule
+from crate.lit.data import StoredImageFolderDataModule
+from crate.results import shipped_tags
 
 
 def _fit_and_save(module: ImageClassifier, data: L.LightningDataModule, path: Path) -> Path:
@@ -173,3 +179,66 @@ def test_a_card_says_when_its_run_stopped_before_its_schedule(digits_run, tmp_pa
     whole_card = json.loads((tmp_path / "whole.json").read_text())
     assert whole_card["global_step"] == whole_card["planned_steps"] == 3
     assert "planned" not in (tmp_path / "whole.md").read_text().split("## Classes")[0]
+
+
+def _timm_tensors(model: torch.nn.Module, images: list[Image.Image]) -> torch.Tensor:
+    """What a timm user feeds the model: the images through ``create_transform(**resolve_data_config(model))``."""
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    return torch.stack([transform(image) for image in images])
+
+
+def _validation_digits(split_seed: int = 0, val_fraction: float = 0.2) -> list[Image.Image]:
+    """The validation digits as a user holds them: scikit-learn's 8x8 values 0..16 as 8-bit gray images, split
+    as the data module says it splits them (stratified, ``random_state=split_seed``)."""
+    digits = load_digits()
+    _, val = train_test_split(
+        np.arange(len(digits.target)), test_size=val_fraction, stratify=digits.target, random_state=split_seed
+    )
+    return [Image.fromarray(np.round(digits.images[i] * 255 / 16).astype(np.uint8), "L") for i in val]
+
+
+# 8-bit rounding and PIL's fixed-point resize move a normalised pixel by at most about 0.01; resizing by the
+# architectures' default bicubic instead of the bilinear training used moves them by up to 0.38
+PIXEL_TOLERANCE = 0.02
+
+
+@pytest.mark.parametrize("tag", [tag for tag in shipped_tags() if tag.split(".")[1].startswith("digits")])
+def test_timm_s_transform_of_a_digit_gives_the_tensor_its_tag_was_validated_on(tag: str) -> None:
+    model = timm.create_model(tag, pretrained=True)
+    validated = load_digits_tensors(img_size=model.pretrained_cfg["input_size"][-1], in_chans=1)[1].images
+    torch.testing.assert_close(_timm_tensors(model, _validation_digits()), validated, atol=PIXEL_TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("way", ["ckpt", "out", "hub"])
+def test_a_digits_run_s_file_carries_the_transform_its_run_validated_with(digits_run, tmp_path: Path, way: str) -> None:
+    """The digits are resized bilinearly and normalised with 0.5 whatever the architecture's own cfg says
+    (bicubic): the file says so, so timm's transform of a digit gives what the run validated on."""
+    ckpt, _ = digits_run
+    if way == "ckpt":
+        model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt)))
+    elif way == "out":
+        card = export_checkpoint(ckpt, tmp_path / "digits.safetensors", measure=False)
+        overlay = dict(file=str(tmp_path / "digits.safetensors"))
+        model = timm.create_model(card["model_name"], pretrained=True, pretrained_cfg_overlay=overlay)
+    else:
+        export_checkpoint(ckpt, hub_dir=tmp_path / "digits", measure=False)
+        model = timm.create_model(f"local-dir:{tmp_path / 'digits'}", pretrained=True)
+    config = timm.data.resolve_data_config({}, model=model)
+    assert (config["interpolation"], config["crop_pct"]) == ("bilinear", 1.0)
+    validated = load_digits_tensors(img_size=16, in_chans=1)[1].images
+    torch.testing.assert_close(_timm_tensors(model, _validation_digits()), validated, atol=PIXEL_TOLERANCE, rtol=0)
+
+
+def test_a_stored_run_at_another_size_records_the_resize_its_store_made(tmp_path: Path) -> None:
+    """A tensor store of 32-pixel images trained at 16 pixels resizes them whole and bilinearly: the run's file
+    gives timm that transform, not the architecture's bicubic one."""
+    write_image_folder(tmp_path / "photos", ("a", "b", "c"), per_class=2, size=32, suffix=".png", gray=False, seed=3)
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=3, in_chans=3, img_size=16, warmup_epochs=0)
+    data = StoredImageFolderDataModule(str(tmp_path / "photos"), img_size=16, batch_size=6)
+    ckpt = _fit_and_save(module, data, tmp_path / "run" / "last.ckpt")
+    model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt)))
+    files = sorted((tmp_path / "photos" / "val").glob("*/*.png"))
+    images, _ = next(iter(data.val_dataloader()))
+    timm_view = _timm_tensors(model, [Image.open(file).convert("RGB") for file in files])
+    torch.testing.assert_close(timm_view, images, atol=PIXEL_TOLERANCE, rtol=0)

@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning as L
 
-from crate.models.checkpoint import LABEL_NAMES_KEY
+from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, UPDATE_BATCH_KEY, module_kind
 
 __all__ = ["PROGRAMS", "RunRecord", "module_kind", "update_batch"]
@@ -30,8 +30,9 @@ class RunRecord:
     where the DataModule has one (``train.py`` sets it from the config), the run's ``data_config``
     (``{"class_path": ..., "init_args": {...}}``, plain YAML types) and the data's identity (its source, folder,
     classes, split sizes, image size and channels), which a resume is checked against as it is against the images
-    of an optimizer step (batch size, processes, accumulated batches), and the class names in label order (what
-    ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``)."""
+    of an optimizer step (batch size, processes, accumulated batches), the class names in label order (what
+    ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``) and the data's evaluation
+    transform (mean, std, interpolation, crop: what ``resolve_data_config`` then gives)."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__
@@ -47,3 +48,5 @@ class RunRecord:
             checkpoint[DATA_IDENTITY_KEY] = identity
             if identity.get("classes"):  # the class names in label order, under the key exports use too
                 checkpoint[LABEL_NAMES_KEY] = list(identity["classes"])
+        if hasattr(datamodule, "eval_transform"):  # how its images become the tensors validation reads
+            checkpoint[EVAL_TRANSFORM_KEY] = datamodule.eval_transform()

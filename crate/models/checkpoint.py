@@ -42,6 +42,8 @@ from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state
 from .names import check_model_name
 
 __all__ = [
+    "EVAL_TRANSFORM_KEY",
+    "EVAL_TRANSFORM_SETTINGS",
     "LABEL_NAMES_KEY",
     "Checkpoint",
     "CheckpointError",
@@ -52,6 +54,10 @@ __all__ = [
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
 # the class names in label order (a Lightning checkpoint's entry, an export's safetensors metadata)
 LABEL_NAMES_KEY = "label_names"
+# the timm data config whose evaluation transform gives, from the data's images, the tensors the run evaluated on
+# (a Lightning checkpoint's entry, an export's safetensors metadata): these settings of it
+EVAL_TRANSFORM_KEY = "eval_transform"
+EVAL_TRANSFORM_SETTINGS = ("mean", "std", "interpolation", "crop_pct", "crop_mode")
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 _NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
@@ -65,7 +71,7 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     layout: str  # crate_official | crate_alpha_official | timm
     source: str  # lightning | safetensors | torch
-    # model_name, num_classes, in_chans, img_size, model_kwargs, label_names
+    # model_name, num_classes, in_chans, img_size, model_kwargs, label_names, eval_transform
     hparams: dict[str, Any] = field(default_factory=dict)
     # what the file holds beside its weights, as written: a Lightning checkpoint's other entries, a safetensors
     # file's metadata (strings); empty for plain torch files. crate.run.read_record reads what it says of the run
@@ -81,6 +87,15 @@ class Checkpoint:
         checkpoint's entry); None for files that do not."""
         classes = self.hparams.get("label_names")
         return tuple(str(name) for name in classes) if classes else None
+
+    @property
+    def eval_transform(self) -> dict[str, Any]:
+        """The settings of timm's data config (mean, std, interpolation, crop) that turn the data's images into
+        the tensors the run evaluated on, where the file records them; empty for files that do not."""
+        recorded = self.hparams.get(EVAL_TRANSFORM_KEY)
+        if not isinstance(recorded, Mapping):
+            return {}
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items() if k in EVAL_TRANSFORM_SETTINGS}
 
     def img_size(self, patch_size: tuple[int, int] | None = None) -> int | tuple[int, int] | None:
         """Input size the weights were trained at: recorded by the run, or read off a square position
@@ -162,9 +177,11 @@ def _is_safetensors(path: Path) -> bool:
 
 
 def _lightning_hparams(loaded: Mapping[str, Any]) -> dict[str, Any]:
-    """The architecture a Lightning checkpoint's module was built with, and its class names."""
+    """The architecture a Lightning checkpoint's module was built with, its class names and evaluation transform."""
     hyper = loaded["hyper_parameters"]
     hparams = {k: hyper[k] for k in _LIGHTNING_HPARAMS if k in hyper}
+    if isinstance(loaded.get(EVAL_TRANSFORM_KEY), Mapping):
+        hparams[EVAL_TRANSFORM_KEY] = dict(loaded[EVAL_TRANSFORM_KEY])
     names = loaded.get(LABEL_NAMES_KEY)
     identity = loaded.get("data_identity")  # files written before the names had their own entry kept them here
     if not names and isinstance(identity, Mapping):
@@ -201,6 +218,8 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
         if metadata.get(LABEL_NAMES_KEY):
             hparams["label_names"] = json.loads(metadata[LABEL_NAMES_KEY])
+        if metadata.get(EVAL_TRANSFORM_KEY):
+            hparams[EVAL_TRANSFORM_KEY] = json.loads(metadata[EVAL_TRANSFORM_KEY])
         return state, "safetensors", hparams, dict(metadata)
     try:
         # training checkpoints carry their run's argparse.Namespace: a bag of attributes, safe to rebuild
@@ -356,8 +375,9 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     ``num_classes=N`` with a file and no ``num_classes`` in the overlay means the file has N classes (the
     family's filter then refuses a mismatch instead of silently resetting the head). The model is built with
     the input channels and image size the file records unless the call gives others (then with a warning),
-    and its ``pretrained_cfg`` carries them (so ``resolve_data_config`` does) and the class names the file
-    records (``label_names``).
+    and its ``pretrained_cfg`` carries them (so ``resolve_data_config`` does), the class names the file
+    records (``label_names``) and the evaluation transform its run used (mean, std, interpolation, crop), so that
+    timm's transform of the run's images gives the tensors its accuracy was measured on.
     """
     path = _file_of(kwargs, variant) if pretrained else None
     if path is None:
@@ -377,6 +397,8 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
     overlay["source"] = None  # the weights are in hand: timm takes them from state_dict, not from a hub
+    for key, value in checkpoint.eval_transform.items():  # how the run made tensors of its images, unless asked
+        overlay.setdefault(key, value)
     # the weights are adapted to the channels and size the model is built with, so the cfg declares those
     base = _cfg_input_size(kwargs, variant)
     size = _pair(kwargs["img_size"]) if kwargs.get("img_size") is not None else tuple(base[1:])

@@ -29,12 +29,17 @@ def shipped_checkpoint(filename: str) -> str:
 
 def digits_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
     """The pretrained cfg of ``<variant>.digits``: trained on the embedded digits (1 channel, 10 classes named
-    "0".."9")."""
+    "0".."9"), each 8x8 image resized whole and bilinearly to 32 pixels and normalised with mean and std 0.5, so
+    timm's eval transform (``resolve_data_config`` + ``create_transform``) of a digit as an 8-bit gray image
+    (value * 255 / 16) gives the tensor training validated on."""
     return dict(
         base,
         file=shipped_checkpoint(f"{variant}.digits.safetensors"),
         num_classes=10,
         input_size=(1, 32, 32),
+        interpolation="bilinear",
+        crop_pct=1.0,
+        crop_mode="center",
         mean=(0.5,),
         std=(0.5,),
         label_names=DIGITS_LABELS,

@@ -12,6 +12,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_
 from torch.utils.data import DataLoader, Dataset
 
 from crate.data import EvaluationSampler, EvaluationShares, ResumableDataLoader, SeededTransformDataset
+from crate.models.checkpoint import EVAL_TRANSFORM_SETTINGS
 
 __all__ = ["LUMA", "DataError", "ImageDataModule"]
 
@@ -140,6 +141,14 @@ class ImageDataModule(L.LightningDataModule):
             mean, std = (float(np.dot(LUMA, mean)),), (float(np.dot(LUMA, std)),)
         return dict(config, mean=tuple(mean), std=tuple(std))
 
+    def eval_transform(self) -> dict[str, Any]:
+        """The settings of timm's data config (mean, std, interpolation, crop) whose evaluation transform turns this
+        data's images into the tensors validation reads. Checkpoints record them, and a model loaded from such a
+        file carries them in its ``pretrained_cfg``, so that ``resolve_data_config`` + ``create_transform`` give
+        what its accuracy was measured on. Here the model's own; subclasses that prepare images otherwise say how."""
+        config = self.model_data_config()
+        return {key: _plain(config[key]) for key in EVAL_TRANSFORM_SETTINGS if key in config}
+
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are asked for")
@@ -201,3 +210,8 @@ class ImageDataModule(L.LightningDataModule):
         """Take the evaluation transforms from ``model``'s pretrained cfg (as training on it did), for
         evaluating a checkpoint outside a trainer; call before ``setup``."""
         self.transform_model = model
+
+
+def _plain(value: Any) -> Any:
+    """A data config's value as a checkpoint records it (lists, not tuples)."""
+    return [float(v) for v in value] if isinstance(value, (tuple, list)) else value

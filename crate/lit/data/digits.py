@@ -79,6 +79,18 @@ class DigitsDataModule(ImageDataModule):
     def has_test_split(self) -> bool:
         return False
 
+    def eval_transform(self) -> dict[str, Any]:
+        """The digits' own normalisation, whatever the model's, and a bilinear resize of the whole 8x8 image: timm's
+        evaluation transform of a digit as an 8-bit gray image (value * 255 / 16) gives the tensor validation reads."""
+        channels = self._in_chans
+        return {
+            "mean": [DIGITS_MEAN] * channels,
+            "std": [DIGITS_STD] * channels,
+            "interpolation": "bilinear",
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+        }
+
     @property
     def classes(self) -> list[str]:
         """The class names: the digit each label stands for."""

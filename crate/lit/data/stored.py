@@ -77,6 +77,11 @@ class StoredImageDataModule(ImageDataModule):
         self.std: tuple[float, ...] = ()
         self._train_store: TensorStore | None = None
 
+    def eval_transform(self) -> dict[str, Any]:
+        """The model's mean and std; an image stored at another side than ``img_size`` is resized whole (no crop),
+        bilinearly, as :class:`~crate.data.tensor_store.StoredImages` does."""
+        return {**super().eval_transform(), "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"}
+
     def stores(self) -> dict[str, TensorStore]:
         """The store of every split the data has: ``train``, ``val`` and, where there is one, ``test``."""
         raise NotImplementedError
