@@ -242,3 +242,18 @@ def test_a_stored_run_at_another_size_records_the_resize_its_store_made(tmp_path
     images, _ = next(iter(data.val_dataloader()))
     timm_view = _timm_tensors(model, [Image.open(file).convert("RGB") for file in files])
     torch.testing.assert_close(timm_view, images, atol=PIXEL_TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("way", ["tag", "file", "features"])
+def test_a_loaded_model_holds_its_file_s_weights_once(digits_run, way: str) -> None:
+    """timm takes a file's weights from the model's pretrained_cfg; the cfg must not keep them after loading (a
+    second copy of every weight for the model's life, and a third in an EMA's deep copy)."""
+    ckpt, _ = digits_run
+    if way == "tag":
+        model = timm.create_model("crate_cct4_3x2_32.cifar10", pretrained=True)
+    elif way == "file":
+        model = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=dict(file=str(ckpt)))
+    else:
+        model = timm.create_model("crate_nano_patch4_32.digits", pretrained=True, features_only=True)
+    assert "state_dict" not in model.pretrained_cfg and "state_dict" not in model.default_cfg
+    assert not any(torch.is_tensor(value) or isinstance(value, dict) for value in model.pretrained_cfg.values())

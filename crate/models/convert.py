@@ -300,8 +300,13 @@ def checkpoint_filter_fn(
     """Convert any supported checkpoint layout to ``model``'s and check that it fits.
 
     ``family_filter`` is a family's own conversion run after the layout conversion (the ViT twins use
-    timm's ViT filter); everything else is shared by every family of the zoo.
+    timm's ViT filter); everything else is shared by every family of the zoo. timm hands a file's weights over
+    in the model's ``pretrained_cfg``; once they are here, the cfg lets them go, so that the model (and any
+    copy of it, such as an EMA) does not hold the file a second time.
     """
+    cfg = getattr(model, "pretrained_cfg", None)
+    if isinstance(cfg, dict):
+        cfg.pop("state_dict", None)
     state_dict = to_zoo_layout(state_dict)
     if family_filter is not None:
         state_dict = dict(family_filter(state_dict, model))
