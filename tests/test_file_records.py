@@ -242,6 +242,10 @@ def test_a_stored_run_at_another_size_records_the_resize_its_store_made(tmp_path
     images, _ = next(iter(data.val_dataloader()))
     timm_view = _timm_tensors(model, [Image.open(file).convert("RGB") for file in files])
     torch.testing.assert_close(timm_view, images, atol=PIXEL_TOLERANCE, rtol=0)
+    at_its_side = StoredImageFolderDataModule(str(tmp_path / "photos"), img_size=32, batch_size=6)
+    at_its_side.transforms_from(timm.create_model("crate_nano_patch4_32", num_classes=3))
+    at_its_side.setup("fit")  # nothing resized: the architecture's own interpolation (the shipped tags' bicubic)
+    assert at_its_side.eval_transform()["interpolation"] == "bicubic"
 
 
 @pytest.mark.parametrize("way", ["tag", "file", "features"])

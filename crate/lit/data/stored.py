@@ -78,9 +78,14 @@ class StoredImageDataModule(ImageDataModule):
         self._train_store: TensorStore | None = None
 
     def eval_transform(self) -> dict[str, Any]:
-        """The model's mean and std; an image stored at another side than ``img_size`` is resized whole (no crop),
-        bilinearly, as :class:`~crate.data.tensor_store.StoredImages` does."""
-        return {**super().eval_transform(), "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"}
+        """The model's mean and std, and no crop: the store evaluates whole images. Where it holds them at another
+        side than ``img_size``, it resizes them bilinearly (:class:`~crate.data.tensor_store.StoredImages`);
+        at their own side nothing is resized, and the model's interpolation stays."""
+        settings = {**super().eval_transform(), "crop_pct": 1.0, "crop_mode": "center"}
+        store = getattr(self.val_set, "store", None)
+        if store is not None and tuple(store.images.shape[-2:]) != (self.img_size, self.img_size):
+            settings["interpolation"] = "bilinear"
+        return settings
 
     def stores(self) -> dict[str, TensorStore]:
         """The store of every split the data has: ``train``, ``val`` and, where there is one, ``test``."""
