@@ -230,9 +230,10 @@ def test_a_digits_run_s_file_carries_the_transform_its_run_validated_with(digits
 
 
 def test_a_stored_run_at_another_size_records_the_resize_its_store_made(tmp_path: Path) -> None:
-    """A tensor store of 32-pixel images trained at 16 pixels resizes them whole and bilinearly: the run's file
-    gives timm that transform, not the architecture's bicubic one."""
-    write_image_folder(tmp_path / "photos", ("a", "b", "c"), per_class=2, size=32, suffix=".png", gray=False, seed=3)
+    """A tensor store of 40x32 images trained at 16 pixels squeezes each whole into 16x16, bilinearly: the run's
+    file gives timm that transform, not the architecture's bicubic resize of the short side and centre crop."""
+    photos = dict(per_class=2, size=(32, 40), suffix=".png", gray=False, seed=3)
+    write_image_folder(tmp_path / "photos", ("a", "b", "c"), **photos)
     torch.manual_seed(0)
     module = ImageClassifier("crate_nano_patch4_32", num_classes=3, in_chans=3, img_size=16, warmup_epochs=0)
     data = StoredImageFolderDataModule(str(tmp_path / "photos"), img_size=16, batch_size=6)
@@ -242,10 +243,11 @@ def test_a_stored_run_at_another_size_records_the_resize_its_store_made(tmp_path
     images, _ = next(iter(data.val_dataloader()))
     timm_view = _timm_tensors(model, [Image.open(file).convert("RGB") for file in files])
     torch.testing.assert_close(timm_view, images, atol=PIXEL_TOLERANCE, rtol=0)
-    at_its_side = StoredImageFolderDataModule(str(tmp_path / "photos"), img_size=32, batch_size=6)
-    at_its_side.transforms_from(timm.create_model("crate_nano_patch4_32", num_classes=3))
-    at_its_side.setup("fit")  # nothing resized: the architecture's own interpolation (the shipped tags' bicubic)
-    assert at_its_side.eval_transform()["interpolation"] == "bicubic"
+    write_image_folder(tmp_path / "squares", ("a", "b", "c"), **dict(photos, size=16))
+    at_its_size = StoredImageFolderDataModule(str(tmp_path / "squares"), img_size=16, batch_size=6)
+    at_its_size.transforms_from(timm.create_model("crate_nano_patch4_32", num_classes=3))
+    at_its_size.setup("fit")  # nothing resized: the architecture's own interpolation (the shipped tags' bicubic)
+    assert at_its_size.eval_transform()["interpolation"] == "bicubic"
 
 
 @pytest.mark.parametrize("way", ["tag", "file", "features"])

@@ -79,12 +79,13 @@ class StoredImageDataModule(ImageDataModule):
 
     def eval_transform(self) -> dict[str, Any]:
         """The model's mean and std, and no crop: the store evaluates whole images. Where it holds them at another
-        side than ``img_size``, it resizes them bilinearly (:class:`~crate.data.tensor_store.StoredImages`);
-        at their own side nothing is resized, and the model's interpolation stays."""
+        size than ``img_size`` square, it resizes each whole to that square, bilinearly (timm's ``squash``;
+        :class:`~crate.data.tensor_store.StoredImages`); at that size nothing is resized, and the model's
+        interpolation stays."""
         settings = {**super().eval_transform(), "crop_pct": 1.0, "crop_mode": "center"}
         store = getattr(self.val_set, "store", None)
         if store is not None and tuple(store.images.shape[-2:]) != (self.img_size, self.img_size):
-            settings["interpolation"] = "bilinear"
+            settings.update(interpolation="bilinear", crop_mode="squash")
         return settings
 
     def stores(self) -> dict[str, TensorStore]:
