@@ -90,6 +90,15 @@ def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tm
         args = ["--data", DIGITS, "--data.split_seed", "0", "--out", str(tmp_path / "refused")]
         interpret_main(["--model", "crate_nano_patch4_32", "--checkpoint", str(ckpt), *args])
     assert exit_info.value.code == 2 and "split_seed: run 1, asked 0" in capsys.readouterr().err
+    # and so is train.py validate, test and predict on it (the config's default split, seed 0)
+    before = _files(ckpt.parents[2])
+    for subcommand in ("validate", "predict"):
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([subcommand, "--config", DIGITS, "--ckpt_path", str(ckpt), *QUIET])
+        error = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "split otherwise (split_seed 1 -> 0)" in error
+        assert f"which {subcommand} would take for held-out ones" in error
+    assert _files(ckpt.parents[2]) == before
     with pytest.raises(SystemExit):
         export_main([str(ckpt), "--out", str(tmp_path / "x.safetensors"), "--data-root", "/nowhere"])
     assert not (tmp_path / "x.safetensors").exists()  # root is no setting of digits: refused, nothing written

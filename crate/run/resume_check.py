@@ -1,10 +1,11 @@
 """A run resumes only onto the data and the recipe it was trained with, and is evaluated only on data of its
-classes: a checkpoint records its data's identity (source, folder, classes, split sizes, image size, channels),
-its module's settings and its data section, and ``train.py fit --ckpt_path`` compares them (and the precision of
-the run's ``config.yaml``) with the config before anything is written (``validate``, ``test`` and ``predict``
-compare the classes and channels). A resume restores the optimizer and the learning-rate schedule, so a changed
-rate would not be used while the run's hyper-parameters, and its card, would say it was; other changes would hold
-for part of the run only, which no card can say. Training on other data, or with another recipe, from a run's
+classes and its held-out images: a checkpoint records its data's identity (source, folder, classes, split sizes,
+split settings, image size, channels), its module's settings and its data section, and ``train.py fit
+--ckpt_path`` compares them (and the precision of the run's ``config.yaml``) with the config before anything is
+written (``validate``, ``test`` and ``predict`` compare the classes and channels, and the split settings of data
+split by them: the digits). A resume restores the optimizer and the learning-rate schedule, so a changed rate would
+not be used while the run's hyper-parameters, and its card, would say it was; other changes would hold for part of
+the run only, which no card can say. Training on other data, or with another recipe, from a run's
 weights is a new run (``--model.pretrained_file``), which never touches the old run's checkpoints or logs."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ _SPLIT_SETTINGS = ("root", "dataset", "img_size", "in_chans", "val_fraction", "s
 # record them) and the channels; the folder, the split sizes and the image size may differ (data that moved,
 # new images of the same classes; an image size the weights do not fit is refused by their shapes)
 _LABELS = ("classes", "num_classes", "in_chans")
+# what an evaluation's data must share with the run's where the data is one set split by settings (the digits):
+# the settings that say which images are held out; other ones would score images the run trained on
+_HELD_OUT = ("val_fraction", "split_seed")
 # settings a resume may change, as they do not change what the run trains: speed and memory only, the weights a
 # new run would start from (a resume starts from its checkpoint), where the data lies and how it is loaded or
 # cached, what predict reads, and the data-linked sizes and classes that the data's own check compares
@@ -173,10 +177,19 @@ def check_resume_data(held: Checkpoint, identity: dict[str, Any], data_config: d
 
 def check_evaluation_data(held: Checkpoint, identity: dict[str, Any], subcommand: str) -> None:
     """Refuse to ``validate``, ``test`` or ``predict`` with ``held`` on data whose classes (or channels) are not
-    the ones it recorded: each label would be scored, or named, as another class. Files without a record pass."""
+    the ones it recorded: each label would be scored, or named, as another class; and on data split by settings
+    (the digits) that holds out other images than the run did: its validation images would include training
+    images. Files without a record pass."""
     recorded = read_record(held).data_identity
     if not isinstance(recorded, dict):
         return
+    if split := data_changes({key: recorded[key] for key in _HELD_OUT if key in recorded}, identity):
+        raise CheckpointError(
+            f"--ckpt_path {held.path} was trained on this data split otherwise ({'; '.join(split)}): its validation "
+            f"images would include images the run trained on, which {subcommand} would take for held-out ones; "
+            "nothing was written. Leave these settings as the run had them (its config.yaml) to evaluate it on the "
+            "images it held out"
+        )
     changes = data_changes({key: recorded[key] for key in _LABELS if key in recorded}, identity)
     if changes:
         raise CheckpointError(
