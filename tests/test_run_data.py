@@ -104,6 +104,19 @@ def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tm
     assert not (tmp_path / "x.safetensors").exists()  # root is no setting of digits: refused, nothing written
 
 
+def test_a_run_from_weights_trained_on_another_split_of_its_data_says_so(runs, tmp_path: Path) -> None:
+    """split1's weights trained on 80% of the digits drawn with seed 1: a run from them on seed 0's split
+    validates on images some of which trained them, and says so; on seed 1's split it has nothing to say."""
+    ckpt = runs["split1"]
+    start = ["fit", "--config", DIGITS, "--model.pretrained_file", str(ckpt), "--log_root", str(tmp_path), *SHORT]
+    with pytest.warns(UserWarning, match=r"split otherwise \(split_seed 1 -> 0\): some of this run's validation"):
+        cli_main([*start, "--run_name", "seed0"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli_main([*start, "--run_name", "seed1", "--data.split_seed", "1"])
+    assert not [w for w in caught if "split otherwise" in str(w.message)]
+
+
 def test_the_card_load_line_builds_the_exported_model(runs, tmp_path: Path) -> None:
     for name in ("split1", "tost", "probe"):
         out = tmp_path / f"{name}.safetensors"

@@ -24,7 +24,7 @@ from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
-from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
+from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe, split_changes
 
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
@@ -90,6 +90,18 @@ def _check_readable(path: Path) -> Checkpoint:
             else "no other checkpoint is in its folder"
         )
         raise CheckpointError(f"{err}. It was left in place, and {rest}.") from err
+
+
+def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
+    """One warning where a run starts from weights trained on its data split otherwise (the digits with another
+    ``split_seed`` or ``val_fraction``): some of its validation images trained those weights, so its val
+    accuracy is not that of held-out images."""
+    if changes := split_changes(read_checkpoint(pretrained_file), identity):
+        rank_zero_warn(
+            f"--model.pretrained_file {pretrained_file} was trained on this data split otherwise "
+            f"({'; '.join(changes)}): some of this run's validation images trained those weights, so its val "
+            "accuracy is not that of held-out images; split the data as that run did for a held-out figure"
+        )
 
 
 def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "ImageClassifier") -> None:
@@ -271,6 +283,9 @@ class CrateCLI(LightningCLI):
                 check_resume_data(self.held_checkpoint, identity, self.datamodule.data_config)
             elif self.held_checkpoint is not None:
                 check_evaluation_data(self.held_checkpoint, self.datamodule.data_identity(), str(self.subcommand))
+            start = (getattr(self.model, "hparams", None) or {}).get("pretrained_file")
+            if self.subcommand == "fit" and self.held_checkpoint is None and start:
+                warn_of_seen_images(start, self.datamodule.data_identity())
             if self.subcommand == "test":
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":

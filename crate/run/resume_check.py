@@ -15,10 +15,17 @@ from typing import Any
 
 from crate.models import Checkpoint, CheckpointError
 
-from .held_out import class_difference, shown_classes
+from .held_out import class_difference, is_digits, shown_classes
 from .record import read_record, run_config
 
-__all__ = ["check_evaluation_data", "check_resume_data", "check_resume_recipe", "data_changes", "recipe_changes"]
+__all__ = [
+    "check_evaluation_data",
+    "check_resume_data",
+    "check_resume_recipe",
+    "data_changes",
+    "recipe_changes",
+    "split_changes",
+]
 
 # settings of a run's data section that say which images it holds out (for checkpoints written before the
 # data's identity was recorded)
@@ -175,6 +182,23 @@ def check_resume_data(held: Checkpoint, identity: dict[str, Any], data_config: d
         )
 
 
+def split_changes(held: Checkpoint, identity: dict[str, Any]) -> list[str]:
+    """``key: recorded -> current`` for each split setting (``val_fraction``, ``split_seed``) of data split by
+    settings (the digits) that ``held``'s run had otherwise than ``identity``: where it holds out other images, the
+    data's validation images include some the file's weights were trained on. Empty for files of other data, or
+    without a record."""
+    record = read_record(held)
+    if isinstance(record.data_identity, dict):
+        recorded = record.data_identity
+    elif record.data_config is not None and is_digits(record.data_config):  # an export: the run's data section
+        recorded = {"source": "digits", **(record.data_config.get("init_args") or {})}
+    else:
+        return []
+    if recorded.get("source", "digits") != identity.get("source"):
+        return []
+    return data_changes({key: recorded[key] for key in _HELD_OUT if key in recorded}, identity)
+
+
 def check_evaluation_data(held: Checkpoint, identity: dict[str, Any], subcommand: str) -> None:
     """Refuse to ``validate``, ``test`` or ``predict`` with ``held`` on data whose classes (or channels) are not
     the ones it recorded: each label would be scored, or named, as another class; and on data split by settings
@@ -183,7 +207,7 @@ def check_evaluation_data(held: Checkpoint, identity: dict[str, Any], subcommand
     recorded = read_record(held).data_identity
     if not isinstance(recorded, dict):
         return
-    if split := data_changes({key: recorded[key] for key in _HELD_OUT if key in recorded}, identity):
+    if split := split_changes(held, identity):
         raise CheckpointError(
             f"--ckpt_path {held.path} was trained on this data split otherwise ({'; '.join(split)}): its validation "
             f"images would include images the run trained on, which {subcommand} would take for held-out ones; "
