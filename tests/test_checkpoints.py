@@ -203,3 +203,12 @@ def test_bytes_that_are_no_checkpoint_get_torch_s_finding_not_its_advice_to_unpi
     message = str(caught.value)
     assert "corrupt or truncated, or not a torch checkpoint (Unsupported operand" in message
     assert "weights_only" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("key", ["model_config", "label_names", "eval_transform"])
+def test_a_safetensors_file_with_unreadable_metadata_is_one_checkpoint_error(tmp_path: Path, key: str) -> None:
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10)
+    metadata = {"model_name": "crate_nano_patch4_32", "format": "pt", key: '{"cut off'}
+    save_file(model.state_dict(), str(tmp_path / "edited.safetensors"), metadata=metadata)
+    with pytest.raises(CheckpointError, match=r"edited\.safetensors has unreadable metadata .*re-export it"):
+        _load("crate_nano_patch4_32", tmp_path / "edited.safetensors", num_classes=10)

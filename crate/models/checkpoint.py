@@ -214,12 +214,17 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
                 "re-export or re-download it, or pick another file"
             ) from err
         hparams = {"model_name": metadata["model_name"]} if "model_name" in metadata else {}
-        # an export's model_config: num_classes, in_chans, img_size, model_kwargs
-        hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
-        if metadata.get(LABEL_NAMES_KEY):
-            hparams["label_names"] = json.loads(metadata[LABEL_NAMES_KEY])
-        if metadata.get(EVAL_TRANSFORM_KEY):
-            hparams[EVAL_TRANSFORM_KEY] = json.loads(metadata[EVAL_TRANSFORM_KEY])
+        try:
+            # an export's model_config: num_classes, in_chans, img_size, model_kwargs
+            hparams.update(json.loads(metadata["model_config"]) if metadata.get("model_config") else {})
+            for key in (LABEL_NAMES_KEY, EVAL_TRANSFORM_KEY):
+                if metadata.get(key):
+                    hparams[key] = json.loads(metadata[key])
+        except json.JSONDecodeError as err:
+            raise CheckpointError(
+                f"checkpoint {path} has unreadable metadata ({err}): its weights cannot be told apart from another "
+                "model's; re-export it (python -m crate.export) or pick another file"
+            ) from err
         return state, "safetensors", hparams, dict(metadata)
     try:
         # training checkpoints carry their run's argparse.Namespace: a bag of attributes, safe to rebuild
