@@ -203,10 +203,15 @@ PIXEL_TOLERANCE = 0.02
 
 
 @pytest.mark.parametrize("tag", [tag for tag in shipped_tags() if tag.split(".")[1].startswith("digits")])
-def test_timm_s_transform_of_a_digit_gives_the_tensor_its_tag_was_validated_on(tag: str) -> None:
-    model = timm.create_model(tag, pretrained=True)
-    validated = load_digits_tensors(img_size=model.pretrained_cfg["input_size"][-1], in_chans=1)[1].images
-    torch.testing.assert_close(_timm_tensors(model, _validation_digits()), validated, atol=PIXEL_TOLERANCE, rtol=0)
+def test_timm_s_transform_of_a_digit_gives_the_tensor_and_the_accuracy_of_its_card(tag: str) -> None:
+    model = timm.create_model(tag, pretrained=True).eval()
+    val = load_digits_tensors(img_size=model.pretrained_cfg["input_size"][-1], in_chans=1)[1]
+    timm_view = _timm_tensors(model, _validation_digits())
+    torch.testing.assert_close(timm_view, val.images, atol=PIXEL_TOLERANCE, rtol=0)
+    with torch.no_grad():
+        correct = int((model(timm_view).argmax(-1) == val.labels).sum())
+    card = json.loads(Path(model.pretrained_cfg["file"]).with_suffix(".json").read_text())
+    assert correct / len(val) == pytest.approx(card["val_accuracy"], abs=1e-9)  # what the card says, through timm
 
 
 @pytest.mark.parametrize("way", ["ckpt", "out", "hub"])
