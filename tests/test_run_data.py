@@ -278,7 +278,8 @@ def test_pretrain_predict_and_test_without_a_split_are_refused_up_front(runs, tm
     run = runs["split1"].parents[1]
     before = _files(run)
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["test", "--config", DIGITS, "--ckpt_path", str(runs["split1"]), "--log_root", str(run.parents[1])])
+        split1 = ["--data.split_seed", "1", "--ckpt_path", str(runs["split1"])]
+        cli_main(["test", "--config", DIGITS, *split1, "--log_root", str(run.parents[1])])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "no test split" in err and "the `validate` subcommand" in err
     assert _files(run) == before  # no config.test.yaml, no events file
