@@ -24,6 +24,25 @@ def _survey(train: int, side: int, channels: int, counts: list[int] | None = Non
     return FolderSurvey(train, train // 4, {f"c{i}": n for i, n in enumerate(counts)}, channels, side, False)
 
 
+def test_the_recipe_line_gives_the_images_size_as_it_is(tmp_path: Path) -> None:
+    """Images of 56x40 (width x height) are said to be 56x40, not a square of their shorter side; sizes that
+    vary are said to vary, with the median shorter side the input is chosen from."""
+    from benchmarks.common import write_image_folder
+    from crate.lit.data.folder_recipe import survey_folder
+
+    write_image_folder(tmp_path / "wide", ("cat", "dog"), per_class=6, size=(40, 56), suffix=".png", gray=False)
+    data = ImageFolderDataModule(str(tmp_path / "wide"), batch_size=4)
+    survey = survey_folder(data.layout.samples("train"), data.classes, 12, 3)
+    recipe = choose_recipe(survey)
+    assert recipe.describe(40, 4, 3, recipe.augmentation, None).startswith("12 colour images of 56x40 in 2 classes")
+    Image.fromarray(np.zeros((30, 70, 3), dtype=np.uint8)).save(tmp_path / "wide" / "train" / "cat" / "odd.png")
+    varied = survey_folder(ImageFolderDataModule(str(tmp_path / "wide"), batch_size=4).layout.samples("train"),
+                           data.classes, 12, 3)  # fmt: skip
+    assert "images of sizes that vary (median shorter side 40) in 2" in choose_recipe(varied).describe(
+        40, 4, 3, recipe.augmentation, None
+    )
+
+
 def test_small_grayscale_images_are_seen_at_their_side_with_small_shifts_and_no_flips() -> None:
     recipe = choose_recipe(_survey(8000, 28, 1))
     assert (recipe.img_size, recipe.batch_size, recipe.max_epochs) == (28, 64, 100)  # 800,000 / 8,000

@@ -42,7 +42,8 @@ SAMPLED_HEADERS = 256  # training images whose size is read to find the folder's
 @dataclass(frozen=True)
 class FolderSurvey:
     """What a folder holds: training and validation images, each class's count of training images, channels,
-    and the median shorter side of a sample of its images (and whether the sample's sizes differ)."""
+    and the median shorter side of a sample of its images (and whether the sample's sizes differ; where they do
+    not, their size as width and height)."""
 
     train_images: int
     val_images: int
@@ -50,6 +51,7 @@ class FolderSurvey:
     channels: int
     side: int
     sizes_vary: bool
+    size: tuple[int, int] | None = None
 
     @property
     def imbalance(self) -> float:
@@ -80,6 +82,7 @@ def survey_folder(
         channels=channels,
         side=sides[len(sides) // 2] if sides else PHOTO_SIZE,
         sizes_vary=len(sizes) > 1,
+        size=next(iter(sizes)) if len(sizes) == 1 else None,
     )
 
 
@@ -106,7 +109,11 @@ class FolderRecipe:
         ones, or those set instead)."""
         survey = self.survey
         kind = "grayscale" if survey.channels == 1 else "colour"
-        sizes = f"{survey.side}x{survey.side}" + (" (median; sizes vary)" if survey.sizes_vary else "")
+        if survey.sizes_vary:
+            sizes = f"sizes that vary (median shorter side {survey.side})"
+        else:
+            width, height = survey.size or (survey.side, survey.side)
+            sizes = f"{width}x{height}"
         if augmentation.padding:
             augment = f"crops +-{augmentation.padding} px"
         else:
