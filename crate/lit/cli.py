@@ -95,7 +95,10 @@ def _check_readable(path: Path) -> Checkpoint:
 def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
     """One warning where a run starts from weights trained on its data split otherwise (the digits with another
     ``split_seed`` or ``val_fraction``): some of its validation images trained those weights, so its val
-    accuracy is not that of held-out images."""
+    accuracy is not that of held-out images. Only the digits are split by settings, so the file (which may be
+    large) is read again only for them."""
+    if identity.get("source") != "digits":
+        return
     if changes := split_changes(read_checkpoint(pretrained_file), identity):
         rank_zero_warn(
             f"--model.pretrained_file {pretrained_file} was trained on this data split otherwise "

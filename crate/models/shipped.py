@@ -6,12 +6,22 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CIFAR10_CLASSES", "cifar10_cfg", "cifar10_simdino_cfg", "digits_cfg", "shipped_checkpoint"]
+__all__ = [
+    "CIFAR10_CLASSES",
+    "DIGITS_EVAL_TRANSFORM",
+    "cifar10_cfg",
+    "cifar10_simdino_cfg",
+    "digits_cfg",
+    "shipped_checkpoint",
+]
 
 # CIFAR-10's classes in label order (the sorted class folders, as torchvision numbers them too)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # the digits' classes in label order: the digit each label stands for
 DIGITS_LABELS = tuple(str(digit) for digit in range(10))
+# how the digits become a model's input (crate.data.digits): each 8x8 image resized whole and bilinearly, as timm's
+# data-config settings (with mean and std 0.5 per channel)
+DIGITS_EVAL_TRANSFORM = {"interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"}
 
 
 def shipped_checkpoint(filename: str) -> str:
@@ -37,9 +47,7 @@ def digits_cfg(variant: str, base: dict[str, Any]) -> dict[str, Any]:
         file=shipped_checkpoint(f"{variant}.digits.safetensors"),
         num_classes=10,
         input_size=(1, 32, 32),
-        interpolation="bilinear",
-        crop_pct=1.0,
-        crop_mode="center",
+        **DIGITS_EVAL_TRANSFORM,
         mean=(0.5,),
         std=(0.5,),
         label_names=DIGITS_LABELS,

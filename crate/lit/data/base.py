@@ -147,7 +147,7 @@ class ImageDataModule(L.LightningDataModule):
         file carries them in its ``pretrained_cfg``, so that ``resolve_data_config`` + ``create_transform`` give
         what its accuracy was measured on. Here the model's own; subclasses that prepare images otherwise say how."""
         config = self.model_data_config()
-        return {key: _plain(config[key]) for key in EVAL_TRANSFORM_SETTINGS if key in config}
+        return {key: config[key] for key in EVAL_TRANSFORM_SETTINGS if key in config}
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
@@ -210,8 +210,3 @@ class ImageDataModule(L.LightningDataModule):
         """Take the evaluation transforms from ``model``'s pretrained cfg (as training on it did), for
         evaluating a checkpoint outside a trainer; call before ``setup``."""
         self.transform_model = model
-
-
-def _plain(value: Any) -> Any:
-    """A data config's value as a checkpoint records it (lists, not tuples)."""
-    return [float(v) for v in value] if isinstance(value, (tuple, list)) else value

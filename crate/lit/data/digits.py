@@ -11,6 +11,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from crate.data.digits import DIGITS_CLASSES, DIGITS_MEAN, DIGITS_STD, load_digits_tensors
+from crate.models.shipped import DIGITS_EVAL_TRANSFORM
 
 from .augmentation import Augmentation, train_transform
 from .base import ImageDataModule
@@ -83,13 +84,7 @@ class DigitsDataModule(ImageDataModule):
         """The digits' own normalisation, whatever the model's, and a bilinear resize of the whole 8x8 image: timm's
         evaluation transform of a digit as an 8-bit gray image (value * 255 / 16) gives the tensor validation reads."""
         channels = self._in_chans
-        return {
-            "mean": [DIGITS_MEAN] * channels,
-            "std": [DIGITS_STD] * channels,
-            "interpolation": "bilinear",
-            "crop_pct": 1.0,
-            "crop_mode": "center",
-        }
+        return {**DIGITS_EVAL_TRANSFORM, "mean": (DIGITS_MEAN,) * channels, "std": (DIGITS_STD,) * channels}
 
     @property
     def classes(self) -> list[str]:
