@@ -117,9 +117,30 @@ def test_a_classifier_s_share_counts_its_own_images_once(monkeypatch) -> None:
     assert shared["val/loss"] == pytest.approx(subset["val/loss"], rel=1e-6)
 
 
-def test_a_masked_autoencoder_s_share_counts_its_own_images_once(monkeypatch) -> None:
-    shared, subset = _share_and_subset(monkeypatch, _masked_autoencoder, rank=1, world=2)
-    assert shared["val/loss"] == pytest.approx(subset["val/loss"], rel=1e-6)
+def test_a_masked_autoencoder_s_loss_is_the_same_on_any_number_of_processes_and_at_any_batch_size(
+    monkeypatch,
+) -> None:
+    """Each image is masked by its position in the split: two processes' shares (one of them with a padding
+    copy), weighed by the images each counted, and a batch of 7 instead of 32 give the loss of one process."""
+    module, data = _masked_autoencoder()
+    data.setup("validate")
+    size = len(data.val_set)  # 369: the second process's share ends on a padding copy
+    whole = _validate(module, data)["val/loss"]
+    shares = []
+    for rank in range(2):
+        monkeypatch.setattr(process_shares, "rank_and_world", lambda rank=rank: (rank, 2))
+        shares.append((len(range(rank, size, 2)), _validate(module, data)["val/loss"]))
+    assert sum(count * loss for count, loss in shares) / size == pytest.approx(whole, rel=1e-5)
+    monkeypatch.setattr(process_shares, "rank_and_world", lambda: (0, 1))
+    data.batch_size = 7
+    assert _validate(module, data)["val/loss"] == pytest.approx(whole, rel=1e-5)
+    # each image's loss, masked by its own position's noise, averaged over the split
+    images = torch.stack([data.val_set[i][0] for i in range(size)])
+    noise = torch.stack([torch.rand(16, generator=torch.Generator().manual_seed(i)) for i in range(size)])
+    module.eval()
+    with torch.no_grad():
+        direct = float(module.model.forward_mae(images, noise=noise)[0])
+    assert direct == pytest.approx(whole, rel=1e-5)
 
 
 def test_self_distillation_s_k_nn_counts_its_own_images_once(monkeypatch, tmp_path: Path) -> None:

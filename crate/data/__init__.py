@@ -9,7 +9,7 @@ from .device_decode import DeviceImageTransform, EncodedImages, SeededEncodedIma
 from .digits import DIGITS_MEAN, DIGITS_STD, TensorImageDataset, load_digits_tensors
 from .multi_crop import MultiCrop
 from .padding import PADDING_LABEL, pad_batch
-from .process_shares import EvaluationSampler, EvaluationShares, rank_and_world
+from .process_shares import EvaluationSampler, EvaluationShares, rank_and_world, share_positions
 from .resumable import ResumableDataLoader, ResumableSampler, SeededTransformDataset
 from .tensor_store import SeededStoredImages, StoredImages, StoreError, TensorStore, as_batch, folder_store
 
@@ -41,5 +41,6 @@ __all__ = [
     "folder_store",
     "pad_batch",
     "rank_and_world",
+    "share_positions",
     "load_digits_tensors",
 ]

@@ -26,7 +26,7 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from .padding import PADDING_LABEL
 
-__all__ = ["EvaluationSampler", "EvaluationShares", "rank_and_world"]
+__all__ = ["EvaluationSampler", "EvaluationShares", "rank_and_world", "share_positions"]
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -34,6 +34,13 @@ def rank_and_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def share_positions(start: int, count: int) -> list[int]:
+    """The split positions of this process's evaluation samples ``start`` to ``start + count - 1``, counted in
+    the order :class:`EvaluationSampler` gives them (positions from the split's size on are padding)."""
+    rank, world = rank_and_world()
+    return list(range(rank + start * world, rank + (start + count) * world, world))
 
 
 class EvaluationSampler(DistributedSampler):
@@ -50,8 +57,7 @@ class EvaluationSampler(DistributedSampler):
         self.size = size
 
     def __iter__(self) -> Iterator[int]:
-        rank, world = rank_and_world()
-        return iter(range(rank, len(self) * world, world))
+        return iter(share_positions(0, len(self)))
 
     def __len__(self) -> int:
         return -(-self.size // rank_and_world()[1])

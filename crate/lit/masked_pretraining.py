@@ -1,8 +1,9 @@
 """Masked pretraining of a CRATE-MAE (or any model with ``forward_mae``) as a LightningModule.
 
 The loss is the model's: mean squared error on the masked patches of per-patch normalised pixels (MAE's
-``norm_pix_loss``). Validation masks each batch with noise seeded by the batch index, so the validation
-loss of two epochs (or two runs) compares the same masks. At the end of validation a figure of masked
+``norm_pix_loss``). Validation and test mask each image with noise seeded by its position in the split, so
+the loss of two epochs, two runs, two batch sizes or two numbers of processes compares the same masks on the
+same images. At the end of validation a figure of masked
 inputs, reconstructions and originals goes to TensorBoard; the coding-rate monitor measures the encoder
 (``rate/...``) and, for a model with a decoder, the decoder on the masked probe (``rate_decoder/...``).
 """
@@ -16,7 +17,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
-from crate.data import PADDING_LABEL
+from crate.data import PADDING_LABEL, share_positions
 from crate.figures import reconstruction_figure
 from crate.models import create_classifier
 
@@ -95,7 +96,8 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
                 "(with decoder_depth > 0)"
             )
         self.model.mask_ratio, self.model.norm_pix_loss = mask_ratio, norm_pix_loss
-        self._figure_batch: torch.Tensor | None = None
+        self._figure_batch: tuple[torch.Tensor, list[int]] | None = None  # images and their split positions
+        self._evaluated = 0  # samples this process has evaluated in the current validation or test epoch
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """The encoder's features (B, 1 + N, d) of the unmasked images."""
@@ -109,23 +111,35 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         self.log_training_step(loss, len(batch[0]))
         return loss
 
-    def _noise(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(batch_idx)
-        return torch.rand(images.shape[0], self.model.patch_embed.num_patches, generator=generator).to(images.device)
+    def _noise(self, positions: list[int], device: torch.device) -> torch.Tensor:
+        """The masking noise of the images at these split positions: each image's own, seeded by its position."""
+        patches = self.model.patch_embed.num_patches
+        noise = [torch.rand(patches, generator=torch.Generator().manual_seed(p)) for p in positions]
+        return torch.stack(noise).to(device)
+
+    def on_validation_epoch_start(self) -> None:
+        self._evaluated = 0
+
+    def on_test_epoch_start(self) -> None:
+        self._evaluated = 0
 
     def _eval_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int, stage: str) -> None:
         """The reconstruction loss of a batch's masked patches; images labelled ``PADDING_LABEL`` (those that
         even out the processes' shares, :class:`crate.data.EvaluationShares`) are left out."""
         images = batch[0]
-        loss, pred, mask = self.model.forward_mae(images, noise=self._noise(images, batch_idx))
+        positions = share_positions(self._evaluated, len(images))
+        self._evaluated += len(images)
+        loss, pred, mask = self.model.forward_mae(images, noise=self._noise(positions, images.device))
         labels = batch[1] if len(batch) > 1 and isinstance(batch[1], torch.Tensor) else None
         if labels is not None and not bool((kept := labels != PADDING_LABEL).all()):
             images = images[kept]
+            positions = [p for p, keep in zip(positions, kept.tolist(), strict=True) if keep]
             # a batch of copies only still logs (with no weight): every process must sync the same keys
             loss = self.model.reconstruction_loss(images, pred[kept], mask[kept]) if len(images) else loss * 0
         self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True, batch_size=len(images))
         if stage == "val" and batch_idx == 0:
-            self._figure_batch = images[: self.hparams.figure_images]
+            count = self.hparams.figure_images
+            self._figure_batch = images[:count], positions[:count]
 
     def validation_step(self, batch: tuple[torch.Tensor, Any], batch_idx: int) -> None:
         self._eval_step(batch, batch_idx, "val")
@@ -134,14 +148,16 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         self._eval_step(batch, batch_idx, "test")
 
     def on_validation_epoch_end(self) -> None:
-        images = self._figure_batch
-        if images is None or not len(images) or self.trainer.sanity_checking or not self.trainer.is_global_zero:
+        if self._figure_batch is None or self.trainer.sanity_checking or not self.trainer.is_global_zero:
+            return
+        images, positions = self._figure_batch
+        if not len(images):
             return
         loggers = [logger for logger in self.trainer.loggers if isinstance(logger, TensorBoardLogger)]
         if not loggers:
             return
         with torch.no_grad():
-            masked, pasted = self.model.masked_views(images, self._noise(images, 0))
+            masked, pasted = self.model.masked_views(images, self._noise(positions, images.device))
         figure = reconstruction_figure(images, masked, pasted, title=f"step {self.global_step}")
         for logger in loggers:
             logger.experiment.add_figure("mae/reconstruction", figure, self.global_step)
