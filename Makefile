@@ -118,7 +118,7 @@ results: $(STAMP)
 
 # The interpretability report of the shipped crate_nano_patch4_32.digits against its ViT twin (docs/interpret/).
 report: $(STAMP)
-	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret \
+	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret --overwrite \
 	  --compare vit_nano_patch4_32.digits -
 
 # The interpretability report of the shipped CIFAR-10 CRATE against its ViT twin and CRATE-alpha of the same
@@ -127,7 +127,7 @@ report: $(STAMP)
 REPORT_CIFAR10_MORE ?=
 report-cifar10: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
-	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 \
+	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 --overwrite \
 	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
 
 # The documentation site (mkdocs-material, API reference by mkdocstrings) into site/: strict, so a broken link,

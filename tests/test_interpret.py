@@ -459,6 +459,31 @@ def test_a_report_folder_under_a_file_is_refused_before_anything_loads(
         assert "loading" not in captured.out and (tmp_path / "file").read_text() == "not a folder"
 
 
+def test_an_earlier_report_is_left_as_it_is_unless_overwrite_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report"
+    for name in ("report.md", "metrics.json"):
+        out.mkdir(exist_ok=True)
+        (out / name).write_text("an earlier report")
+        with pytest.raises(SystemExit) as stopped:
+            main(["--model", "crate_nano_patch4_32.digits", "--out", str(out)])
+        assert stopped.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip().splitlines()[-1] == (
+            f"crate-interpret: error: --out {out} already holds {name} of an earlier run, left as it is; pass "
+            "--overwrite to replace the report, or give another --out"
+        )
+        assert "loading" not in captured.out and (out / name).read_text() == "an earlier report"
+        (out / name).unlink()
+    (out / "report.md").write_text("an earlier report")
+    # with --overwrite the folder is taken: the run goes on to load the model (and stops at a later check)
+    with pytest.raises(SystemExit):
+        main(["--model", "crate_nano_patch4_32.digits", "--out", str(out), "--overwrite", "--sample-images", "1"])
+    captured = capsys.readouterr()
+    assert "loading crate_nano_patch4_32.digits" in captured.out and "--sample-images" in captured.err
+
+
 def test_a_training_sample_of_one_class_is_refused_naming_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,7 +24,7 @@ from crate.models import CheckpointError
 from crate.output_paths import OutputPathError, check_output_folder
 
 from .loading import load_data, load_run, resolve_data
-from .report import write_report
+from .report import REPORT_FILES, write_report
 
 
 def _data_overrides(parser: argparse.ArgumentParser, rest: list[str]) -> dict[str, object]:
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         help="'digits' or a train.py YAML config (its data section); default: the data the checkpoint's run held out",
     )
     parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     parser.add_argument(
         "--compare",
         nargs=2,
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args, rest = parser.parse_known_args(argv)
     try:  # before minutes of evaluation
-        check_output_folder(args.out, "--out", "the report")
+        check_output_folder(args.out, "--out", "the report", REPORT_FILES, overwrite=args.overwrite)
     except OutputPathError as err:
         parser.error(str(err))
     overrides = _data_overrides(parser, rest)

@@ -34,7 +34,10 @@ from .objective_table import objective_table
 from .segmentation import attention_masks, foreground_patches
 from .verdicts import plain_verdicts
 
-__all__ = ["write_report"]
+__all__ = ["REPORT_FILES", "write_report"]
+
+# the files that mark a folder as holding a report: crate-interpret replaces them only when asked to
+REPORT_FILES = ("report.md", "metrics.json")
 
 
 def _pca_rgb(model: nn.Module, images: torch.Tensor) -> np.ndarray:
