@@ -103,6 +103,7 @@ def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
     assert {row["label"] for row in rows} == {str(c) for c in range(10)}
     assert all(0.0 <= float(row["probability"]) <= 1.0 and 0 <= int(row["predicted"]) < 10 for row in rows)
     assert all(row["predicted_name"] == row["predicted"] for row in rows)  # the digits' names are the digits
+    assert all(row["label_name"] == row["label"] for row in rows)
 
 
 @pytest.mark.parametrize("signum, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
@@ -230,6 +231,8 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
     with (run / "predictions.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 4 and all(row["predicted_name"] == f"class_{row['predicted']}" for row in rows)
+    # each row's label names the folder its file lies in
+    assert all(row["label_name"] == Path(row["file"]).parent.name for row in rows)
 
 
 def test_a_prediction_file_under_a_file_is_refused_before_predicting(tmp_path: Path, vit_run: Path) -> None:

@@ -16,10 +16,10 @@ __all__ = ["PredictionWriter"]
 
 class PredictionWriter(BasePredictionWriter):
     """After ``predict``, write ``predictions.csv`` into the run's folder (or ``output``): one row per image
-    with its index in the split, its file (for image folders), its label, the predicted class and the
-    predicted probability; the class names are those of the data where it has them. On several processes each
-    predicts its share of the split; rank zero gathers the shares and writes each row by the index of its image,
-    so the file is the one a single process writes.
+    with its index in the split, its file (for image folders), its label and the label's name, the predicted
+    class, its name and its probability; the class names are those of the data where it has them. On several
+    processes each predicts its share of the split; rank zero gathers the shares and writes each row by the
+    index of its image, so the file is the one a single process writes.
 
     Args:
         output: the CSV file to write; default ``<run folder>/predictions.csv``.
@@ -47,20 +47,27 @@ class PredictionWriter(BasePredictionWriter):
         confidence, predicted = probabilities.max(dim=-1)
         with self.path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["index", "file", "label", "predicted", "predicted_name", "probability"])
+            writer.writerow(["index", "file", "label", "label_name", "predicted", "predicted_name", "probability"])
             for row, index in enumerate(indices.tolist()):
                 cls = int(predicted[row])
+                label = int(labels[row]) if labels is not None else None
                 writer.writerow(
                     [
                         index,
                         files[index] if index < len(files) else "",
-                        int(labels[row]) if labels is not None else "",
+                        "" if label is None else label,
+                        _name(names, label),
                         cls,
-                        names[cls] if names and cls < len(names) else "",
+                        _name(names, cls),
                         f"{float(confidence[row]):.6f}",
                     ]
                 )
         print(f"wrote {len(indices)} predictions to {self.path}")
+
+
+def _name(names: Any, index: int | None) -> str:
+    """The name of class ``index`` where the data names its classes, else an empty cell."""
+    return str(names[index]) if names and index is not None and 0 <= index < len(names) else ""
 
 
 def _first_loader(outputs: Any) -> list[Any]:
