@@ -145,6 +145,20 @@ def test_a_head_reset_on_a_shipped_tag_drops_the_tags_class_names() -> None:
     assert torch.equal(reset.patch_embed.proj.weight, kept.patch_embed.proj.weight)  # the backbone still loaded
 
 
+@pytest.mark.parametrize("tag", ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
+def test_reset_classifier_drops_the_class_names_of_the_head_it_replaces(tag: str) -> None:
+    """``reset_classifier`` puts a new head in place (of any size): the tag's names no longer name its outputs.
+    The tag's cfg itself keeps them for the next model created from it."""
+    digits = tuple(str(digit) for digit in range(10))
+    for num_classes in (5, 10):
+        model = timm.create_model(tag, pretrained=True)
+        assert model.pretrained_cfg["label_names"] == digits
+        model.reset_classifier(num_classes)
+        assert model.num_classes == num_classes and model(torch.zeros(1, 1, 32, 32)).shape == (1, num_classes)
+        assert not model.pretrained_cfg.get("label_names") and not model.default_cfg.get("label_names")
+    assert timm.create_model(tag, pretrained=True).pretrained_cfg["label_names"] == digits
+
+
 class _StopAfter(L.Callback):
     """Stops the fit after ``steps`` optimizer steps, as ``--trainer.max_time`` or an interruption would."""
 

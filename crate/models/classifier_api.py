@@ -18,10 +18,19 @@ from torch.utils.checkpoint import checkpoint
 
 from crate.layers import SeqPool
 
-__all__ = ["TransformerClassifier", "check_pool"]
+__all__ = ["TransformerClassifier", "check_pool", "forget_label_names"]
 
 
 POOLS = ("", "token", "avg", "seq")
+
+
+def forget_label_names(model: nn.Module) -> None:
+    """A new head no longer answers in the pretrained classes: drop their names (``label_names``) from the
+    model's ``pretrained_cfg``, so that no caller reads the old names for the new head's outputs."""
+    for attr in ("pretrained_cfg", "default_cfg"):
+        cfg = getattr(model, attr, None)
+        if isinstance(cfg, dict) and cfg.get("label_names") is not None:
+            setattr(model, attr, {**cfg, "label_names": None})
 
 
 def check_pool(global_pool: str) -> None:
@@ -97,6 +106,7 @@ class TransformerClassifier(nn.Module):
                 self.seq_pool = SeqPool(self.embed_dim)
             self.global_pool = global_pool
         self.head = self._new_head()
+        forget_label_names(self)
 
     def forward_intermediates(
         self,

@@ -23,6 +23,7 @@ from crate.layers import AttentionTrace, BlockTrace, ConvPatchEmbed, register_tr
 from crate.layers.precision import cpu_autocast_dtype
 
 from .checkpoint import pretrained_kwargs
+from .classifier_api import forget_label_names
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .shipped import cifar10_cfg, digits_cfg
@@ -37,6 +38,10 @@ class ViTTwin(VisionTransformer):
         kwargs.setdefault("embed_layer", ConvPatchEmbed)
         kwargs.setdefault("attn_layer", TwinAttention)
         super().__init__(*args, **kwargs)
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        super().reset_classifier(num_classes, global_pool)
+        forget_label_names(self)
 
 
 def query_subspaces(attn: nn.Module) -> torch.Tensor:
