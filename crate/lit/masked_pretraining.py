@@ -3,9 +3,9 @@
 The loss is the model's: mean squared error on the masked patches of per-patch normalised pixels (MAE's
 ``norm_pix_loss``). Validation and test mask each image with noise seeded by its position in the split, so
 the loss of two epochs, two runs, two batch sizes or two numbers of processes compares the same masks on the
-same images. At the end of validation a figure of masked
-inputs, reconstructions and originals goes to TensorBoard; the coding-rate monitor measures the encoder
-(``rate/...``) and, for a model with a decoder, the decoder on the masked probe (``rate_decoder/...``).
+same images. At the end of validation a figure of masked inputs, reconstructions and originals goes to
+TensorBoard; the coding-rate monitor measures the encoder (``rate/...``) and, for a model with a decoder, the
+decoder on the masked probe (``rate_decoder/...``).
 """
 
 from __future__ import annotations
