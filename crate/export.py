@@ -101,9 +101,13 @@ def _set_aside(paths: list[Path]) -> dict[Path, Path]:
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[str] | None) -> None:
+def _write_hub_folder(
+    model: torch.nn.Module, run: Run, folder: Path, label_names: list[str] | None, model_config: dict[str, Any]
+) -> None:
     """timm's hub layout: ``config.json`` (architecture, num_classes, num_features, global_pool, model_args,
-    pretrained_cfg, label_names) and ``model.safetensors``, written by timm's own ``save_for_hf``."""
+    pretrained_cfg, label_names), written by timm's own ``save_for_hf``, and ``model.safetensors``, whose
+    metadata records the run as an exported file's does (the data it held out, its class names), so the folder's
+    weights read alone say what they are."""
     from timm.models import save_for_hf
 
     input_size = (patch_embed_in_chans(model.patch_embed), *model.patch_embed.img_size)
@@ -111,6 +115,7 @@ def _write_hub_folder(model: torch.nn.Module, folder: Path, label_names: list[st
     save_for_hf(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
     )
+    _write_weights(model, run, folder / "model.safetensors", "float32", model_config)
     for path in folder.iterdir():
         _usual_mode(path)
 
@@ -367,7 +372,7 @@ def export_checkpoint(
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)
             labels = run.checkpoint.label_names or getattr(held_out, "classes", None)
-            _write_hub_folder(model, hub, list(labels) if labels else None)
+            _write_hub_folder(model, run, hub, list(labels) if labels else None, model_config)
             if out is None:
                 load = (f"local-dir:{hub}", {"pretrained": True})
         if run.data_config is None:

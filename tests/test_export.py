@@ -173,6 +173,35 @@ def test_a_hub_folder_loads_through_timm_both_ways(lightning_run, tmp_path: Path
         torch.testing.assert_close(from_hub(x), expected)
 
 
+def test_a_hub_folder_s_weights_record_the_run_and_its_timm_name_loads_in_the_tools(
+    lightning_run, tmp_path: Path, monkeypatch
+) -> None:
+    from hub_cache import serve_offline
+
+    from crate.interpret import load_run
+    from crate.models import read_checkpoint
+    from crate.run import read_record
+
+    run, module = lightning_run
+    hub = tmp_path / "crate_nano_digits"
+    export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=hub, measure=False)
+    held = read_checkpoint(hub / "model.safetensors")  # the folder's weights alone say what they are
+    assert held.model_name == "crate_nano_patch4_32" and held.num_classes == 10
+    assert held.label_names == tuple(json.loads((hub / "config.json").read_text())["label_names"])
+    run_data = yaml.safe_load((run / "config.yaml").read_text())["data"]
+    assert read_record(held).data_config == run_data
+    x = load_digits_tensors(img_size=32, in_chans=1)[1].images[:4]
+    files = {name: hub / name for name in ("config.json", "model.safetensors", "README.md")}
+    serve_offline(monkeypatch, tmp_path / "hub_cache", "crate-zoo/crate_nano_digits", files)
+    with torch.no_grad():
+        expected = module(x)
+        for name in (f"local-dir:{hub}", "hf-hub:crate-zoo/crate_nano_digits"):
+            model, data_config = load_run(name, None)
+            assert data_config == run_data, name  # the data the run held out, not the digits by default
+            assert model.pretrained_cfg["label_names"] == held.label_names
+            torch.testing.assert_close(model(x), expected)
+
+
 def test_export_onto_an_existing_file_keeps_it_unless_told_and_hub_files_share_one_mode(
     lightning_run, tmp_path: Path, capsys
 ) -> None:

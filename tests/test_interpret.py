@@ -371,6 +371,41 @@ def test_bad_or_mismatched_checkpoint_gets_a_clear_error(tmp_path: Path, capsys)
         assert message in capsys.readouterr().err, args
 
 
+def test_a_bad_hub_folder_name_is_one_line_before_anything_loads(tmp_path: Path, capsys) -> None:
+    hub, other = tmp_path / "hub", tmp_path / "no_config"
+    hub.mkdir()
+    other.mkdir()
+    weights = str(REPO / "checkpoints" / "crate_nano_patch4_32.digits.safetensors")
+    cases = [
+        ("not json {", ["--model", f"local-dir:{hub}"], "config.json is not a readable timm config.json"),
+        ('{"num_classes": 10}', ["--model", f"local-dir:{hub}"], "names no architecture"),
+        ('["a list"]', ["--model", f"local-dir:{hub}"], "is not a readable timm config.json"),
+        ("", ["--model", f"local-dir:{tmp_path / 'none'}"], "is not a folder"),
+        ("", ["--model", f"local-dir:{other}"], "holds no config.json, so it is not a hub folder"),
+        ("", ["--model", f"local-dir:{hub}", "--checkpoint", weights], "brings its own weights"),
+        ("", ["--model", "crate_nano_patch4_32", "--checkpoint", str(hub)], f"pass its weights file ({hub}/"),
+    ]
+    for config, args, message in cases:
+        if config:
+            (hub / "config.json").write_text(config)
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args, "--out", str(tmp_path / "out")])
+        error = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and len(error.splitlines()) == 1, args
+        assert error.startswith("crate-interpret: error: ") and message in error, (args, error)
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_figure_s_file_name_is_one_path_component_whatever_the_label() -> None:
+    from crate.interpret.report import figure_tag
+
+    assert figure_tag(0, "crate_nano_patch4_32.digits") == "0_crate_nano_patch4_32"
+    for index, label in enumerate(["local-dir:/runs/my.hub", "hf-hub:org/name@v1", "C:\\models\\x"]):
+        tag = figure_tag(index, label)
+        assert Path(tag).name == tag and "/" not in tag and ":" not in tag and "\\" not in tag, tag
+    assert figure_tag(1, "local-dir:/runs/my.hub") != figure_tag(1, "local-dir:/runs/my.other")
+
+
 @pytest.mark.slow
 def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Path) -> None:
     from crate.interpret.report import write_report

@@ -92,7 +92,12 @@ def main(argv: list[str] | None = None) -> None:
         epilog="DataModule settings, as train.py takes them: --data.KEY VALUE (e.g. --data.root DIR, "
         "--data.img_size 32, --data.batch_size 64); they change the data each model is evaluated on.",
     )
-    parser.add_argument("--model", required=True, help="timm model name, or a pretrained tag (NAME.digits)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="timm model name, a pretrained tag (NAME.digits), or a hub folder or repository "
+        "(local-dir:DIR, hf-hub:ORG/NAME) with its weights",
+    )
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)")
     parser.add_argument(
         "--data",

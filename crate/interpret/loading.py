@@ -14,6 +14,7 @@ from sklearn.datasets import load_sample_images
 from torch.utils.data import Dataset, TensorDataset
 
 from crate.data.sampling import sample_order
+from crate.models import hub_weights, is_hub_name
 from crate.run import build_model
 from crate.run.held_out import (
     datamodule_from_config,
@@ -58,8 +59,16 @@ def load_run(name: str, checkpoint: str | Path | None) -> tuple[torch.nn.Module,
 
     ``checkpoint`` is any file ``crate.models.read_checkpoint`` reads (official CRATE, CRATE-alpha, a
     Lightning .ckpt, timm state dict or safetensors). Without a file, ``name`` must be a pretrained tag such as
-    ``crate_nano_patch4_32.digits``.
+    ``crate_nano_patch4_32.digits``, or a hub folder or repository by its timm name (``local-dir:DIR``,
+    ``hf-hub:ORG/NAME``), read as the architecture its ``config.json`` names and the weights file beside it, so
+    that what the file records of its run (the data it held out, its class names) is read as from any file.
     """
+    if is_hub_name(name):
+        if checkpoint is not None:
+            raise ValueError(
+                f"{name} brings its own weights: leave out its checkpoint, or name the architecture with the file"
+            )
+        name, checkpoint = hub_weights(name)
     model, kwargs, data_config = build_model(name, checkpoint)
     remember_build(model, name, kwargs)
     return model, data_config

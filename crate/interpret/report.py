@@ -7,6 +7,7 @@ its random baseline), never written in advance; properties that hold by construc
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -20,6 +21,7 @@ from torch import nn
 
 from crate.figures import reconstruction_figure
 from crate.metrics import full_step, trace_model
+from crate.models import is_hub_name
 
 from . import plots
 from .compression_table import (
@@ -34,7 +36,7 @@ from .objective_table import objective_table
 from .segmentation import attention_masks, foreground_patches
 from .verdicts import plain_verdicts
 
-__all__ = ["REPORT_FILES", "write_report"]
+__all__ = ["REPORT_FILES", "figure_tag", "write_report"]
 
 # the files that mark a folder as holding a report: crate-interpret replaces them only when asked to
 REPORT_FILES = ("report.md", "metrics.json")
@@ -279,6 +281,14 @@ def _seed_rows(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def figure_tag(index: int, label: str) -> str:
+    """The part of a model's figure file names that names it: its place among the models compared and its label
+    without a pretrained tag's suffix, with what a path would read as folders or drives (``local-dir:DIR``) made
+    underscores."""
+    name = label if is_hub_name(label) else label.split(".")[0]
+    return f"{index}_{re.sub(r'[^A-Za-z0-9_-]+', '_', name).strip('_')}"
+
+
 def write_report(
     models: dict[str, tuple[nn.Module, EvalData]],
     out: str | Path,
@@ -307,7 +317,7 @@ def write_report(
     plots.save(plots.probe_figure(results), out / "probe.png")
     pictures: dict[str, list[str]] = {}
     for index, (label, (model, data)) in enumerate(models.items()):
-        tag = f"{index}_{label.split('.')[0]}"
+        tag = figure_tag(index, label)
         pictures[label] = _pictures(model, label, data, out, tag, images)
         plots.save(plots.coherence_figure(label, results[label]), out / f"coherence_{tag}.png")
         pictures[label].append(f"coherence_{tag}.png")

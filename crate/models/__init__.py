@@ -10,6 +10,7 @@ from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
 from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
 from .factory import create_classifier
+from .hub import hub_weights, is_hub_name
 from .names import check_model_name, pretrained_tags
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
@@ -34,6 +35,8 @@ __all__ = [
     "ViTTwin",
     "check_model_name",
     "create_classifier",
+    "hub_weights",
+    "is_hub_name",
     "checkpoint_filter_fn",
     "pretrained_tags",
     "read_checkpoint",

@@ -39,6 +39,7 @@ import torch
 from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
+from .hub import folder_weights, hub_file
 from .names import check_model_name
 
 __all__ = [
@@ -256,6 +257,11 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     average of the weights (``model_ema``) of a training checkpoint that holds one."""
     path = Path(path)
     if path.is_dir():
+        if (path / "config.json").is_file():  # a hub folder: its weights, or the whole folder by its timm name
+            raise CheckpointError(
+                f"checkpoint {path} is a hub folder, not a checkpoint file; pass its weights file "
+                f"({path / 'model.safetensors'}), or the folder as a model name where one is taken (local-dir:{path})"
+            )
         raise CheckpointError(
             f"checkpoint {path} is a folder, not a checkpoint file; pass a file inside it "
             "(a run's checkpoints are <run>/version_N/checkpoints/*.ckpt)"
@@ -286,35 +292,6 @@ def _cfg_value(cfg: Any, key: str) -> Any:
     return getattr(cfg, key, None) if not isinstance(cfg, Mapping) else cfg.get(key)
 
 
-# the weight files a hub folder may hold, in timm's order of preference
-_FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
-
-
-def _folder_weights(folder: Path) -> str:
-    """The weight file of a hub folder (``local-dir:DIR``, or a hub snapshot)."""
-    for name in _FOLDER_FILES:
-        if (folder / name).is_file():
-            return str(folder / name)
-    raise CheckpointError(f"{folder} holds no weights file ({', '.join(_FOLDER_FILES)}); export it again")
-
-
-def _hub_file(repo: str, filename: str, revision: str | None = None) -> str:
-    """A file of a Hugging Face hub repository, from the local cache or downloaded (``HF_HUB_OFFLINE=1``:
-    the cache only)."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    try:
-        return hf_hub_download(repo, filename, revision=revision)
-    except LocalEntryNotFoundError as err:
-        raise CheckpointError(
-            f"{repo}/{filename} is not in the local hub cache and cannot be downloaded ({type(err).__name__}); "
-            "download it on a machine with network access (huggingface-cli download) or pass its file"
-        ) from err
-    except (EntryNotFoundError, RepositoryNotFoundError) as err:
-        raise CheckpointError(f"the hub has no {filename} in {repo} ({type(err).__name__})") from err
-
-
 def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
     """The weights file a call asks for: the overlay's file, a hub folder's weights (``local-dir:DIR``), a
     hub repository's file (``hf-hub:org/name``, or a tag with ``hf_hub_id``), or a tag's own file."""
@@ -324,11 +301,11 @@ def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
     cfg = _tag_cfg(kwargs, variant)
     source, file = _cfg_value(cfg, "source"), _cfg_value(cfg, "file")
     if source == "local-dir" and file:
-        return _folder_weights(Path(file))
+        return folder_weights(Path(file))
     hub_id = _cfg_value(cfg, "hf_hub_id")
     if hub_id and (source == "hf-hub" or not file):
         repo, _, revision = hub_id.partition("@")
-        return _hub_file(repo, _cfg_value(cfg, "hf_hub_filename") or "model.safetensors", revision or None)
+        return hub_file(repo, _cfg_value(cfg, "hf_hub_filename") or "model.safetensors", revision or None)
     return file
 
 

@@ -1,0 +1,85 @@
+"""timm's hub names (``local-dir:DIR``, ``hf-hub:ORG/NAME``): the files behind them, and what their
+``config.json`` says the weights are, for the tools that take a model name and a weights file apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .convert import CheckpointError
+
+__all__ = ["HUB_PREFIXES", "folder_weights", "hub_file", "hub_weights", "is_hub_name"]
+
+# the model-name prefixes under which timm reads a hub folder or a hub repository
+HUB_PREFIXES = ("local-dir:", "hf-hub:")
+# the weight files a hub folder may hold, in timm's order of preference
+_FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+
+
+def is_hub_name(name: str) -> bool:
+    """Whether ``name`` names a hub folder or repository rather than an architecture or a tag."""
+    return name.startswith(HUB_PREFIXES)
+
+
+def folder_weights(folder: Path) -> str:
+    """The weight file of a hub folder (``local-dir:DIR``, or a hub snapshot)."""
+    for name in _FOLDER_FILES:
+        if (folder / name).is_file():
+            return str(folder / name)
+    raise CheckpointError(f"{folder} holds no weights file ({', '.join(_FOLDER_FILES)}); export it again")
+
+
+def hub_file(repo: str, filename: str, revision: str | None = None) -> str:
+    """A file of a Hugging Face hub repository, from the local cache or downloaded (``HF_HUB_OFFLINE=1``:
+    the cache only)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return hf_hub_download(repo, filename, revision=revision)
+    except LocalEntryNotFoundError as err:
+        raise CheckpointError(
+            f"{repo}/{filename} is not in the local hub cache and cannot be downloaded ({type(err).__name__}); "
+            "download it on a machine with network access (huggingface-cli download) or pass its file"
+        ) from err
+    except (EntryNotFoundError, RepositoryNotFoundError) as err:
+        raise CheckpointError(f"the hub has no {filename} in {repo} ({type(err).__name__})") from err
+
+
+def _architecture(config: Path, name: str) -> str:
+    """The architecture a hub ``config.json`` names (timm's ``architecture`` field)."""
+    try:
+        architecture = json.loads(config.read_text()).get("architecture")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(
+            f"{name}: {config} is not a readable timm config.json ({detail}); export the folder again "
+            "(python -m crate.export CKPT --hub-dir DIR) or download it again"
+        ) from err
+    if not isinstance(architecture, str) or not architecture:
+        raise CheckpointError(
+            f"{name}: {config} names no architecture (timm's 'architecture' field); export the folder again"
+        )
+    return architecture
+
+
+def hub_weights(name: str) -> tuple[str, str]:
+    """(the architecture, the weights file) of a hub name: ``local-dir:DIR`` reads the folder, ``hf-hub:ORG/NAME``
+    (or ``ORG/NAME@REVISION``) the repository's ``config.json`` and ``model.safetensors`` from the hub cache,
+    downloading what it lacks. A missing folder, a folder without ``config.json`` or weights, or a config that is
+    not timm's is one :class:`CheckpointError` (a missing folder: ``FileNotFoundError``)."""
+    source, _, where = name.partition(":")
+    if source == "local-dir":
+        folder = Path(where)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{name}: {folder} is not a folder; give the folder crate.export --hub-dir wrote")
+        config = folder / "config.json"
+        if not config.is_file():
+            raise CheckpointError(
+                f"{name}: {folder} holds no config.json, so it is not a hub folder; give a folder crate.export "
+                "--hub-dir wrote"
+            )
+        return _architecture(config, name), folder_weights(folder)
+    repo, _, revision = where.partition("@")
+    config = Path(hub_file(repo, "config.json", revision or None))
+    return _architecture(config, name), hub_file(repo, "model.safetensors", revision or None)
