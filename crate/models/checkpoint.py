@@ -260,7 +260,7 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
         if (path / "config.json").is_file():  # a hub folder: its weights, or the whole folder by its timm name
             raise CheckpointError(
                 f"checkpoint {path} is a hub folder, not a checkpoint file; pass its weights file "
-                f"({path / 'model.safetensors'}), or the folder as a model name where one is taken (local-dir:{path})"
+                f"({path / 'model.safetensors'}); crate.interpret also takes the folder as --model local-dir:{path}"
             )
         raise CheckpointError(
             f"checkpoint {path} is a folder, not a checkpoint file; pass a file inside it "

@@ -6,6 +6,8 @@ import difflib
 
 import timm
 
+from .hub import is_hub_name
+
 __all__ = ["check_model_name", "pretrained_tags"]
 
 
@@ -19,6 +21,11 @@ def check_model_name(name: str, pretrained: bool = False, files_too: bool = True
     the models and tags), when ``name`` carries a tag its architecture does not have (its tags), or, with
     ``pretrained``, when it names an architecture without weights of its own (its tags, or none).
     ``files_too``: the caller also takes a checkpoint file, and the message offers one."""
+    if is_hub_name(name):  # timm's own create_model reads these; the zoo's tools take model and file apart
+        raise ValueError(
+            f"{name} names a hub folder or repository, not an architecture: give the architecture its config.json "
+            "names as the model, and its weights file (model.safetensors) as the file to load"
+        )
     arch, _, tag = name.partition(".")
     if not timm.is_model(arch):
         known = timm.list_models() + timm.list_pretrained()
