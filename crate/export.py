@@ -115,6 +115,7 @@ def _write_hub_folder(
     save_for_hf(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
     )
+    # the same tensors again, now with the run in the metadata: timm writes the file without any
     _write_weights(model, run, folder / "model.safetensors", "float32", model_config)
     for path in folder.iterdir():
         _usual_mode(path)
