@@ -116,7 +116,7 @@ def _write_hub_folder(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
     )
     # the same tensors again, now with the run in the metadata: timm writes the file without any
-    _write_weights(model, run, folder / "model.safetensors", "float32", model_config)
+    _write_weights(model, run, folder / "model.safetensors", "float32", model_config, label_names)
     for path in folder.iterdir():
         _usual_mode(path)
 
@@ -223,13 +223,21 @@ def _exported_model(run: Run, dtype: str) -> tuple[torch.nn.Module, dict[str, An
     return model.eval(), model_config
 
 
-def _write_weights(model: torch.nn.Module, run: Run, out: Path, dtype: str, model_config: dict[str, Any]) -> None:
-    """The safetensors file: the weights as ``dtype``, and in its metadata the architecture and the run's data."""
+def _write_weights(
+    model: torch.nn.Module,
+    run: Run,
+    out: Path,
+    dtype: str,
+    model_config: dict[str, Any],
+    label_names: list[str] | None,
+) -> None:
+    """The safetensors file: the weights as ``dtype``, and in its metadata the architecture, the run's data and
+    the class names in label order."""
     metadata = {"model_name": run.model_name, "format": "pt", "model_config": json.dumps(model_config)}
     if run.data_config is not None:
         metadata[DATA_CONFIG_KEY] = json.dumps(run.data_config)
-    if run.checkpoint.label_names:
-        metadata[LABEL_NAMES_KEY] = json.dumps(list(run.checkpoint.label_names))
+    if label_names:
+        metadata[LABEL_NAMES_KEY] = json.dumps(label_names)
     if run.checkpoint.eval_transform:
         metadata[EVAL_TRANSFORM_KEY] = json.dumps(run.checkpoint.eval_transform)
     state = {
@@ -300,6 +308,7 @@ def _card(
     dtype: str,
     load: tuple[str, dict[str, Any]],
     train_command: str,
+    label_names: list[str] | None,
 ) -> dict[str, Any]:
     """The card's data: the model, the run's data and recipe, what was measured, the file and how to load it."""
     hp = run.hparams
@@ -309,7 +318,7 @@ def _card(
         "model_name": run.model_name,
         "parameters": sum(p.numel() for p in model.parameters()),
         "num_classes": run.num_classes,
-        "label_names": list(run.checkpoint.label_names) if run.checkpoint.label_names else None,
+        "label_names": label_names,
         "num_features": model.num_features,
         "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
         "data": run.data_description,
@@ -363,17 +372,19 @@ def export_checkpoint(
     previous = _set_aside(_card_files(out)) if out is not None else {}
     written: list[Path] = []
     try:
-        if out is not None:
-            written.append(out)
-            _write_weights(model, run, out, dtype, model_config)
-            load = load_call(run.model_name, out, model_config)
         measuring = run.data_config is not None and measure
         held_out, eval_data = _read_held_out(run, model, data_overrides) if measuring else (None, None)
+        # the class names every written file records: the run's, or those of the data it held out
+        named = run.checkpoint.label_names or getattr(held_out, "classes", None)
+        labels = list(named) if named else None
+        if out is not None:
+            written.append(out)
+            _write_weights(model, run, out, dtype, model_config, labels)
+            load = load_call(run.model_name, out, model_config)
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)
-            labels = run.checkpoint.label_names or getattr(held_out, "classes", None)
-            _write_hub_folder(model, run, hub, list(labels) if labels else None, model_config)
+            _write_hub_folder(model, run, hub, labels, model_config)
             if out is None:
                 load = (f"local-dir:{hub}", {"pretrained": True})
         if run.data_config is None:
@@ -384,7 +395,8 @@ def export_checkpoint(
             measured = _measure(load, held_out, eval_data, controls, hub, out)
         weights = out if out is not None else hub / "model.safetensors"
         name = out.name[: -len(".safetensors")] if out is not None else hub.name
-        card = _card(name, run, model, measured, weights, dtype if out is not None else "float32", load, train_command)
+        file_dtype = dtype if out is not None else "float32"
+        card = _card(name, run, model, measured, weights, file_dtype, load, train_command, labels)
         if out is not None:
             written += [out.with_suffix(".json"), out.with_suffix(".md")]
             out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")

@@ -202,6 +202,28 @@ def test_a_hub_folder_s_weights_record_the_run_and_its_timm_name_loads_in_the_to
             torch.testing.assert_close(model(x), expected)
 
 
+def test_a_file_without_class_names_is_exported_with_its_data_s_names_in_every_file(
+    lightning_run, tmp_path: Path
+) -> None:
+    from safetensors import safe_open
+
+    run, _ = lightning_run
+    old = tmp_path / "old_run"
+    (old / "checkpoints").mkdir(parents=True)
+    (old / "config.yaml").write_text((run / "config.yaml").read_text())
+    loaded = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    loaded.pop("label_names")  # as files written before the names were recorded
+    loaded["data_identity"].pop("classes")
+    torch.save(loaded, old / "checkpoints" / "last.ckpt")
+    out, hub = tmp_path / "old.safetensors", tmp_path / "old_hub"
+    card = export_checkpoint(old / "checkpoints" / "last.ckpt", out, hub_dir=hub)
+    names = [str(digit) for digit in range(10)]  # the digits' classes, in label order
+    assert card["label_names"] == names and json.loads((hub / "config.json").read_text())["label_names"] == names
+    for weights in (out, hub / "model.safetensors"):
+        with safe_open(str(weights), framework="pt") as handle:
+            assert json.loads(handle.metadata()["label_names"]) == names, weights
+
+
 def test_export_onto_an_existing_file_keeps_it_unless_told_and_hub_files_share_one_mode(
     lightning_run, tmp_path: Path, capsys
 ) -> None:
