@@ -385,15 +385,25 @@ def test_a_bad_hub_folder_name_is_one_line_before_anything_loads(tmp_path: Path,
         ("", ["--model", f"local-dir:{hub}", "--checkpoint", weights], "brings its own weights"),
         ("", ["--model", "crate_nano_patch4_32", "--checkpoint", str(hub)], f"pass its weights file ({hub}/"),
     ]
-    for config, args, message in cases:
-        if config:
-            (hub / "config.json").write_text(config)
+
+    def refused(args: list[str], message: str) -> None:
         with pytest.raises(SystemExit) as exit_info:
             main([*args, "--out", str(tmp_path / "out")])
         error = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and len(error.splitlines()) == 1, args
         assert error.startswith("crate-interpret: error: ") and message in error, (args, error)
         assert not (tmp_path / "out").exists()
+
+    for config, args, message in cases:
+        if config:
+            (hub / "config.json").write_text(config)
+        refused(args, message)
+    # a good config over weights that are truncated, or another model's: the folder's weights read as any file
+    (hub / "config.json").write_text('{"architecture": "crate_nano_patch4_32"}')
+    vit = (REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors").read_bytes()
+    for contents, message in [(vit[:1000], "is corrupt or truncated"), (vit, "does not fit crate_nano_patch4_32")]:
+        (hub / "model.safetensors").write_bytes(contents)
+        refused(["--model", f"local-dir:{hub}"], message)
 
 
 def test_a_figure_s_file_name_is_one_path_component_whatever_the_label() -> None:
