@@ -97,7 +97,7 @@ def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
 def test_unknown_model_name_gets_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"Unknown model 'crate_nanoo_patch4_32'.*crate_nano_patch4_32"):
         create_classifier("crate_nanoo_patch4_32", num_classes=10)
-    for hub in ("local-dir:/runs/hub", "hf-hub:org/name"):  # timm's names for a folder and a repository of weights
+    for hub in ("local-dir:/runs/hub", "hf-hub:org/name", "hf_hub:org/name"):  # timm reads the last as the second
         with pytest.raises(ValueError, match=r"names a hub folder or repository, not an architecture: give the"):
             create_classifier(hub, num_classes=10)
 

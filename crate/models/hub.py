@@ -6,19 +6,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from timm.models import parse_model_name
+
 from .convert import CheckpointError
 
-__all__ = ["HUB_PREFIXES", "folder_weights", "hub_file", "hub_weights", "is_hub_name"]
+__all__ = ["folder_weights", "hub_file", "hub_weights", "is_hub_name"]
 
-# the model-name prefixes under which timm reads a hub folder or a hub repository
-HUB_PREFIXES = ("local-dir:", "hf-hub:")
 # the weight files a hub folder may hold, in timm's order of preference
 _FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
 
 
+def _source(name: str) -> tuple[str | None, str]:
+    """(timm's source of ``name``: ``local-dir``, ``hf-hub`` or None for its registry, what follows the prefix)."""
+    try:
+        return parse_model_name(name)
+    except ValueError:  # an unknown prefix, or a path without one: not a hub name, and refused as a model name
+        return None, name
+
+
 def is_hub_name(name: str) -> bool:
-    """Whether ``name`` names a hub folder or repository rather than an architecture or a tag."""
-    return name.startswith(HUB_PREFIXES)
+    """Whether ``name`` names a hub folder or repository (``local-dir:DIR``, ``hf-hub:ORG/NAME``, as timm reads
+    model names) rather than an architecture or a tag."""
+    return _source(name)[0] is not None
 
 
 def folder_weights(folder: Path) -> str:
@@ -68,7 +77,7 @@ def hub_weights(name: str) -> tuple[str, str]:
     (or ``ORG/NAME@REVISION``) the repository's ``config.json`` and ``model.safetensors`` from the hub cache,
     downloading what it lacks. A missing folder, a folder without ``config.json`` or weights, or a config that is
     not timm's is one :class:`CheckpointError` (a missing folder: ``FileNotFoundError``)."""
-    source, _, where = name.partition(":")
+    source, where = _source(name)
     if source == "local-dir":
         folder = Path(where)
         if not folder.is_dir():
