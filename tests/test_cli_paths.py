@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from conftest import REPO, run_in_process, write_cifar10_like_folder, write_imag
 from PIL import Image
 
 from crate.export import main as export_main
+from crate.lit.ckpt_path import resolve_checkpoint
 from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
 
 pytestmark = pytest.mark.slow  # trainings and the signal subprocesses: `make test-fast` leaves these out
@@ -72,6 +75,37 @@ def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, v
     with (vit_run / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert sum(1 for row in rows if row.get("val/acc")) >= 2  # the fit's validation and this one, one file
+
+
+def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process(tmp_path: Path, vit_run: Path) -> None:
+    """Lightning knows "best" only in the process that trained; the run's last checkpoint records it."""
+    states = torch.load(vit_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
+    recorded = [Path(s["best_model_path"]) for s in states.values() if s.get("monitor") == "val/acc"]
+    assert len(recorded) == 1 and recorded[0].name.startswith("best-")
+    root = vit_run.parent.parent
+    assert resolve_checkpoint("best", str(root), "vit_nano_digits", "validate") == str(recorded[0])
+    copy = tmp_path / "copy"  # a copied run takes its own file, not the original's
+    shutil.copytree(vit_run.parent, copy / "vit_nano_digits", symlinks=True)
+    best = copy / "vit_nano_digits" / "version_0" / "checkpoints" / recorded[0].name
+    assert resolve_checkpoint("best", str(copy), "vit_nano_digits", "test") == str(best)
+    by_name = run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(copy), "--ckpt_path", "best")
+    by_path = run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(copy), "--ckpt_path", str(best))
+    _ok(by_name)
+    _ok(by_path)
+    scores = [re.findall(r"val/acc\s+(\d\.\d+)", proc.stdout) for proc in (by_name, by_path)]
+    assert scores[0] and scores[0] == scores[1]
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+@pytest.mark.parametrize("which", ["last", "best"])
+def test_an_evaluation_of_last_or_best_with_no_run_is_refused_not_run_untrained(
+    tmp_path: Path, subcommand: str, which: str
+) -> None:
+    proc = run_in_process(subcommand, "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", which)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = f"train.py: error: --ckpt_path {which}: no checkpoint of the run under {tmp_path / 'crate_nano_digits'}"
+    assert proc.stderr.strip().splitlines()[-1].startswith(line)
+    assert "Traceback" not in proc.stderr and not list(tmp_path.rglob("*.csv"))
 
 
 def test_test_refuses_data_without_a_test_split_and_uses_a_real_one(tmp_path: Path, vit_run: Path) -> None:

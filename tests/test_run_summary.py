@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import logging
 import re
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -191,3 +192,23 @@ def test_the_baseline_line_says_when_the_difference_is_within_the_validation_noi
         "+2050 images of 5,000 against the better baseline, beyond noise"
     )
     assert _noise(0.5, {"rbf_svm": 0.4, "logistic": 0.4}) == ""  # an older record without the split's size
+
+
+def test_an_evaluation_without_a_checkpoint_says_which_weights_it_measured(tmp_path: Path, caplog) -> None:
+    """A new process's validate without --ckpt_path scores the model as built: chance, for an untrained one."""
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+    with pytest.warns(UserWarning, match="validate without --ckpt_path uses the untrained model"):
+        with caplog.at_level(logging.INFO):
+            trainer.validate(module, DigitsDataModule(batch_size=8))
+    assert "val of the untrained model (random initialization): val/acc" in caplog.text
+
+    caplog.clear()
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "crate_nano_patch4_32.digits.safetensors"
+    built = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, pretrained_file=str(shipped))
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        trainer.validate(built, DigitsDataModule(batch_size=8))
+    assert f"val of the weights it was built from ({shipped}): val/acc" in caplog.text
+    assert not [w for w in caught if "untrained" in str(w.message)]

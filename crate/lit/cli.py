@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe, split_changes
 
+from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
@@ -37,12 +37,12 @@ from .module import ImageClassifier
 from .predictions import PredictionWriter
 from .random_state import RandomStateCheckpoint
 from .rate_monitor import CodingRateMonitor
-from .run_record import PROGRAMS, module_kind, update_batch
+from .run_record import update_batch
 from .run_summary import RunSummary
 from .snapshots import WeightSnapshots
 from .wall_clock import WallClock
 
-__all__ = ["CrateCLI", "cli_main", "resolve_checkpoint", "run_loggers"]
+__all__ = ["CrateCLI", "cli_main", "run_loggers"]
 
 
 SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
@@ -60,38 +60,6 @@ def run_loggers(log_root: str, run_name: str, version: int | None = None) -> lis
     return [tensorboard, csv]
 
 
-def run_location(ckpt_path: str | None, log_root: str, run_name: str, anywhere: bool) -> tuple[str, str, int | None]:
-    """Where a command given ``ckpt_path`` logs: ``(log_root, run_name, N)`` of the run whose
-    ``version_N/checkpoints/`` holds the file (``anywhere``: under any root, as validate, test and predict
-    write beside the run they evaluate; otherwise only under ``log_root/run_name``, as a resume continues its
-    run), else ``(log_root, run_name, None)``: a new version."""
-    if ckpt_path is None or not Path(ckpt_path).is_file():
-        return log_root, run_name, None
-    folder = Path(ckpt_path).absolute().parent
-    match = re.fullmatch(r"version_(\d+)", folder.parent.name)
-    if folder.name != "checkpoints" or match is None:
-        return log_root, run_name, None
-    run = folder.parent.parent
-    if anywhere:
-        return str(run.parent), run.name, int(match.group(1))
-    if run.resolve() != Path(log_root, run_name).resolve():
-        return log_root, run_name, None
-    return log_root, run_name, int(match.group(1))
-
-
-def _check_readable(path: Path) -> Checkpoint:
-    try:
-        return read_checkpoint(path)
-    except CheckpointError as err:
-        others = sorted(str(p) for p in path.resolve().parent.glob("*.ckpt") if p.resolve() != path.resolve())
-        rest = (
-            f"so were the other checkpoints in its folder: {others}. Pass one of them with --ckpt_path"
-            if others
-            else "no other checkpoint is in its folder"
-        )
-        raise CheckpointError(f"{err}. It was left in place, and {rest}.") from err
-
-
 def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
     """One warning where a run starts from weights trained on its data split otherwise (the digits with another
     ``split_seed`` or ``val_fraction``): some of its validation images trained those weights, so its val
@@ -105,60 +73,6 @@ def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
             f"({'; '.join(changes)}): some of this run's validation images trained those weights, so its val "
             "accuracy is not that of held-out images; split the data as that run did for a held-out figure"
         )
-
-
-def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "ImageClassifier") -> None:
-    """Refuse a Lightning checkpoint trained as another architecture, or by another module (a masked-pretraining
-    run given to train.py, a classifier run given to pretrain.py), than the config builds."""
-    saved = held.hparams.get("model_name")
-    program = PROGRAMS.get(module, "train.py")
-    if held.source != "lightning":
-        raise CheckpointError(
-            f"{held.describe()}: --ckpt_path takes a .ckpt written by {program}; load other weights into a new "
-            f"run through timm (--model.model_kwargs '{{pretrained: true, pretrained_cfg_overlay: {{file: ...}}}}')"
-        )
-    kind = module_kind(held)
-    if kind != module:
-        start = (
-            "start a probe or fine-tune from its weights with --model.pretrained_file PATH "
-            "(configs/crate_mae_nano_digits_probe.yaml, ..._finetune.yaml)"
-            if kind in ("MaskedAutoencoder", "SelfDistillation")
-            else "continue it with the program that wrote it"
-        )
-        raise CheckpointError(
-            f"{held.describe()} was written by {PROGRAMS.get(kind, kind)} ({kind}), not {program} ({module}): "
-            f"--ckpt_path resumes or evaluates a run of the same kind; {start}"
-        )
-    if saved is not None and saved != model_name:
-        raise CheckpointError(
-            f"{held.describe()}, but this config builds {model_name}: pass --model.model_name {saved} "
-            "(or the config.yaml of that run) to use this checkpoint"
-        )
-
-
-def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str) -> str | None:
-    """``last``: the newest ``last*.ckpt`` of any version of the run (Lightning looks only in the new
-    version's folder); a path: checked to exist (the CLI then reads it once, through the zoo's reader, to
-    check it is readable and of the configured model). ``best``/``hpc`` pass through."""
-    if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
-        return ckpt_path
-    if ckpt_path == "last":
-        found = list(Path(log_root, run_name).glob("version_*/checkpoints/last*.ckpt"))
-        found = [p for p in found if p.exists()]
-        if not found:
-            rank_zero_warn(f"--ckpt_path last: no last checkpoint under {Path(log_root, run_name)}; starting fresh")
-            return None
-        path = max(found, key=lambda p: p.stat().st_mtime)
-    else:
-        path = Path(ckpt_path)
-        if path.is_dir():
-            raise CheckpointError(
-                f"--ckpt_path {path} is a folder, not a checkpoint file; pass a .ckpt inside it "
-                "(<run>/version_N/checkpoints/last.ckpt) or --ckpt_path last"
-            )
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {path} does not exist (--ckpt_path)")
-    return str(path)
 
 
 class CrateCLI(LightningCLI):
@@ -238,11 +152,11 @@ class CrateCLI(LightningCLI):
         if not subcommand or "ckpt_path" not in self.config[subcommand]:
             return
         config = self.config[subcommand]
-        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"])
+        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"], subcommand)
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
             module = self.model_class.__name__
-            self.held_checkpoint = _check_readable(Path(path))
+            self.held_checkpoint = check_readable(Path(path))
             check_checkpoint_model(self.held_checkpoint, config["model"]["model_name"], module)
 
     def before_instantiate_classes(self) -> None:

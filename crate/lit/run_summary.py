@@ -10,7 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 __all__ = ["RunSummary"]
 
@@ -19,6 +19,24 @@ def _number(value: Any) -> float | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     return float(value) if isinstance(value, (int, float)) and math.isfinite(float(value)) else None
+
+
+UNTRAINED = "the untrained model (random initialization)"
+
+
+def _weights_evaluated(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
+    """What an evaluation measures: the checkpoint it loaded; else the weights a fit in this process left; else
+    those the model was built from (a pretrained file or tag); else :data:`UNTRAINED`."""
+    if trainer.ckpt_path:
+        return _relative(trainer.ckpt_path)
+    if trainer.global_step > 0:
+        return "the weights in memory"
+    hparams = getattr(pl_module, "hparams", None) or {}
+    if hparams.get("pretrained_file"):
+        return f"the weights it was built from ({hparams['pretrained_file']})"
+    if (hparams.get("model_kwargs") or {}).get("pretrained"):
+        return f"the pretrained weights it was built with ({hparams.get('model_name')})"
+    return UNTRAINED
 
 
 def _duration(seconds: float) -> str:
@@ -92,6 +110,11 @@ class RunSummary(Callback):
         (``load_state_dict``: Lightning restores callbacks after ``setup`` and before ``on_fit_start``)."""
         if stage == "fit":
             self._best, self._carried_s = None, 0.0
+        elif _weights_evaluated(trainer, pl_module) == UNTRAINED:
+            rank_zero_warn(
+                f"{getattr(stage, 'value', stage)} without --ckpt_path uses {UNTRAINED}: its figures are those of "
+                "chance; --ckpt_path last, best or PATH uses a run's weights"
+            )
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
@@ -192,14 +215,13 @@ class RunSummary(Callback):
             lines.append(f"  last checkpoint  {_relative(last_path)} (resume with --ckpt_path last)")
         rank_zero_info("\n".join(lines))
 
-    def _evaluated(self, trainer: L.Trainer, stage: str) -> None:
+    def _evaluated(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
         shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if v is not None) or "no metrics"
-        source = trainer.ckpt_path or "the weights in memory"
         folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.log_dir else ""
-        rank_zero_info(f"{stage} of {_relative(source)}: {shown}{folder}")
+        rank_zero_info(f"{stage} of {_weights_evaluated(trainer, pl_module)}: {shown}{folder}")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """After Lightning's own results table (validate, test)."""
         if stage in ("validate", "test"):
-            self._evaluated(trainer, "val" if stage == "validate" else "test")
+            self._evaluated(trainer, pl_module, "val" if stage == "validate" else "test")
