@@ -119,7 +119,7 @@ def test_a_run_on_a_folder_says_its_recipe_records_it_and_carries_its_baseline_t
         proc = run_in_process(*args, "--trainer.max_epochs", "2", "--data.batch_size", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = caplog.text
-    assert "folder recipe: 36 grayscale images of 12x12 in 3 classes (36 to validate): input 12, patch 4" in text
+    assert "folder recipe: 36 grayscale images of 12x12 in 3 classes (36 to validate): input 12, crops +-2 px" in text
     assert "batch 8, 2 epochs" in text  # the values given win over the chosen ones (64, 100)
     run = tmp_path / "logs" / "crate_nano_imagefolder" / "version_0"
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -161,3 +161,39 @@ def test_the_baseline_s_subsample_keeps_each_class_share_within_its_caps() -> No
     assert np.bincount(labels[_subsample(labels, 100)]).tolist() == [60, 30, 10]  # the shares of 300:150:50
     everything = baseline_scores(features, labels, features[:30], labels[:30])
     assert everything["train_images"] == 500  # under both caps: every training image
+
+
+@pytest.mark.slow  # two one-step train.py runs in this process
+def test_a_run_from_pretrained_weights_takes_their_input_size_unless_one_is_given(tmp_path: Path, caplog) -> None:
+    """As timm fine-tunes a pretrained model at its own input size: 40 px images are read at the 32 px the shipped
+    file was trained at (its position embedding kept), not at their own side, and the recipe line says why."""
+    import logging
+    import warnings
+
+    from benchmarks.common import write_image_folder
+    from crate.models import read_checkpoint
+
+    images = write_image_folder(tmp_path / "images", classes=3, per_class=4, size=40, gray=False)
+    shipped = REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.safetensors"
+    trained_at = read_checkpoint(shipped).img_size()
+    assert trained_at == 32  # what the file records, and not the folder's side
+    args = ["fit", "--config", FOLDER, "--data.root", str(images), "--data.num_workers", "0"]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.max_steps", "1", "--baseline.enabled", "false"]
+    args += ["--model.pretrained_file", str(shipped)]
+    for given, expected in ((None, trained_at), (40, 40)):
+        caplog.clear()
+        logs = tmp_path / f"logs_{given}"
+        extra = ["--data.img_size", str(given)] if given else []
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+            warnings.simplefilter("always")
+            proc = run_in_process(*args, *extra, "--log_root", str(logs))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        run = logs / "crate_nano_imagefolder" / "version_0"
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        built = read_checkpoint(run / "checkpoints" / "last.ckpt")
+        assert config["data"]["init_args"]["img_size"] == built.hparams["img_size"] == expected
+        assert built.zoo_state_dict["pos_embed"].shape[1] == 1 + (expected // 4) ** 2
+        said = f"(input 32: the size --model.pretrained_file {shipped} was trained at)"
+        assert (said in caplog.text) == (given is None)
+        resampled = [w for w in caught if "was trained with img_size=32" in str(w.message)]
+        assert bool(resampled) == (given is not None)  # a resampling is warned of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import shutil
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import timm
 import torch
 from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
@@ -29,7 +31,7 @@ from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoin
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
-from .data import ImageDataModule
+from .data import ImageDataModule, ImageFolderDataModule
 from .data.folder import DataError, DataRootError
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
 from .known_noise import quiet_known_noise
@@ -96,6 +98,7 @@ class CrateCLI(LightningCLI):
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
+    input_note = ""  # why a folder run's input size is not the folder's (start_at_trained_size)
     held_checkpoint: Checkpoint | None = None  # what --ckpt_path holds, read once
     progress_bar = False  # whether the run shows a progress bar (an error then starts on a line of its own)
 
@@ -168,6 +171,7 @@ class CrateCLI(LightningCLI):
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
+            self.input_note = start_at_trained_size(config)
 
     @property
     def resumed(self) -> Checkpoint | None:
@@ -192,7 +196,7 @@ class CrateCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         recipe = getattr(self.datamodule, "recipe", None)
         if recipe is not None:  # what the folder's recipe chose is said, and recorded in the run's config
-            record_folder_recipe(config, self.datamodule, recipe, self.subcommand == "fit")
+            record_folder_recipe(config, self.datamodule, recipe, self.subcommand == "fit", self.input_note)
         if isinstance(self.datamodule, ImageDataModule):
             self.datamodule.data_config = plain_config(config.get("data"))
             if self.subcommand == "fit" and self.held_checkpoint is not None:
@@ -280,9 +284,41 @@ def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:
     L.seed_everything(recorded, workers=True)
 
 
-def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: bool) -> None:
+def start_at_trained_size(config: Any) -> str:
+    """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, or a pretrained tag)
+    and leaves the input size open takes the size those weights were trained at, as timm fine-tunes a pretrained
+    model at its own input size, instead of the folder's image side (which would resample the position embedding
+    of weights that never saw it). Returns what to say of it, or an empty string where nothing changed."""
+    data, model = config.get("data") or {}, config.get("model") or {}
+    args = data.get("init_args") or {}
+    if "img_size" not in args or args["img_size"] is not None or not _is_folder_module(data.get("class_path")):
+        return ""
+    kwargs = model.get("model_kwargs") or {}
+    if model.get("pretrained_file"):
+        size = read_checkpoint(model["pretrained_file"]).img_size()
+        source = f"--model.pretrained_file {model['pretrained_file']}"
+    elif kwargs.get("pretrained") and (cfg := timm.models.get_pretrained_cfg(model.get("model_name") or "")):
+        size, source = cfg.input_size[-1], f"the pretrained {model['model_name']}"
+    else:
+        return ""
+    if not isinstance(size, int):  # not recorded, or not square: the folder's choice stands
+        return ""
+    args["img_size"] = size
+    return f" (input {size}: the size {source} was trained at)"
+
+
+def _is_folder_module(class_path: Any) -> bool:
+    try:
+        module, _, name = str(class_path).rpartition(".")
+        return issubclass(getattr(importlib.import_module(module), name), ImageFolderDataModule)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: bool, input_note: str = "") -> None:
     """Write the values the folder's recipe chose into the parsed config (the run's ``config.yaml`` and the data
-    section its checkpoints record then hold them) and say the run's settings in one block."""
+    section its checkpoints record then hold them) and say the run's settings in one block (``input_note``: why
+    the input size is not the folder's, where it is not)."""
     data = config["data"]["init_args"]
     data["img_size"], data["batch_size"] = datamodule.img_size, datamodule.batch_size
     data["augmentation"] = dataclasses.asdict(datamodule.augmentation)
@@ -293,7 +329,8 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
     if fitting:
         settings = (datamodule.img_size, datamodule.batch_size, trainer.get("max_epochs"), datamodule.augmentation)
         rank_zero_info(
-            f"folder recipe: {recipe.describe(*settings, datamodule.class_weights)}. Each is chosen from the folder "
+            f"folder recipe: {recipe.describe(*settings, datamodule.class_weights)}{input_note}. Each is chosen from "
+            "the folder "
             "unless set (--data.img_size, --data.batch_size, --data.augmentation.*, --data.class_weights, "
             "--trainer.max_epochs)"
         )

@@ -130,7 +130,7 @@ class FolderRecipe:
         epochs = f"{max_epochs} epochs" if max_epochs is not None else "epochs as set"
         text = (
             f"{survey.train_images:,} {kind} images of {sizes} in {len(survey.class_counts)} classes "
-            f"({survey.val_images:,} to validate): input {img_size}, patch 4, {augment}, batch {batch_size}, {epochs}"
+            f"({survey.val_images:,} to validate): input {img_size}, {augment}, batch {batch_size}, {epochs}"
         )
         if survey.imbalance > IMBALANCE:
             weighted = "the loss weighs them by inverse frequency" if class_weights else "the loss is unweighted"
