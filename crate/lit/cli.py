@@ -89,8 +89,8 @@ class CrateCLI(LightningCLI):
       each is configured, or switched off, from the YAML like the trainer;
     - links from the data's ``num_classes``, ``in_chans``, ``img_size`` (and ``class_weights``) to the model, so
       a folder's classes and channels build the model that fits them;
-    - ``--ckpt_path`` read through the zoo's checkpoint reader (``last`` across versions; a missing, corrupt or
-      foreign file refused in one line) without letting the file's hyper-parameters replace the config's, and
+    - ``--ckpt_path`` read through the zoo's checkpoint reader (``last`` and ``best`` across versions; a missing,
+      corrupt or foreign file refused in one line) without letting the file's hyper-parameters replace the config's, and
       the data a run resumes on checked against the data it was trained on: a wrong model or data is refused,
       never swapped in;
     - a constructor's refusal, a subcommand the module cannot serve and trainer settings this machine cannot run
@@ -147,8 +147,8 @@ class CrateCLI(LightningCLI):
     # Lightning 2.6: LightningCLI reads --ckpt_path in this private hook, where it also loads the checkpoint's
     # hyper-parameters over the config's; the override keeps the config's and refuses another model's file
     def _parse_ckpt_path(self) -> None:
-        """Resolve ``--ckpt_path`` (``last`` across the run's versions), read it through the zoo's checkpoint
-        reader (clear errors for missing, corrupt or foreign files) and check that it was trained as the
+        """Resolve ``--ckpt_path`` (``last`` and ``best`` across the run's versions), read it through the zoo's
+        checkpoint reader (clear errors for missing, corrupt or foreign files) and check that it was trained as the
         architecture the config builds. Unlike Lightning's default, the checkpoint's hyper-parameters never
         replace the config's: a checkpoint of another model is refused, not silently swapped in."""
         subcommand = self.config.get("subcommand")
