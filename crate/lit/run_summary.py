@@ -112,8 +112,8 @@ class RunSummary(Callback):
             self._best, self._carried_s = None, 0.0
         elif _weights_evaluated(trainer, pl_module) == UNTRAINED:
             rank_zero_warn(
-                f"{getattr(stage, 'value', stage)} without --ckpt_path uses {UNTRAINED}: its figures are those of "
-                "chance; --ckpt_path last, best or PATH uses a run's weights"
+                f"{getattr(stage, 'value', stage)} without --ckpt_path uses {UNTRAINED}, not a run's weights; "
+                "--ckpt_path last, best or PATH evaluates a run"
             )
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
