@@ -96,6 +96,21 @@ def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process
     assert scores[0] and scores[0] == scores[1]
 
 
+@pytest.mark.parametrize("case", ["no best recorded", "best file gone"])
+def test_ckpt_path_best_without_a_best_file_is_one_line(tmp_path: Path, vit_run: Path, case: str) -> None:
+    held = torch.load(vit_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    for state in held["callbacks"].values():
+        if isinstance(state, dict) and state.get("monitor"):
+            state["best_model_path"] = "" if case == "no best recorded" else str(tmp_path / "elsewhere" / "best-x.ckpt")
+    folder = tmp_path / "vit_nano_digits" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    torch.save(held, folder / "last.ckpt")
+    proc = run_in_process("test", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", "best")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    said = "records no best checkpoint" if case == "no best recorded" else "best checkpoint, and it is gone"
+    assert said in proc.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
 @pytest.mark.parametrize("which", ["last", "best"])
 def test_an_evaluation_of_last_or_best_with_no_run_is_refused_not_run_untrained(
