@@ -232,6 +232,7 @@ def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, se
         ("endless run", "--trainer.max_epochs -1 trains without an end"),
         ("log root under a file", "is a file, not a folder"),
         ("one class", "a classifier needs two or more classes, and the data has 1"),
+        ("no hpc checkpoint", '--ckpt_path: `.fit(ckpt_path="hpc")` is set but no HPC checkpoint was found'),
     ],
 )
 def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, message: str) -> None:
@@ -244,6 +245,8 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
     elif case == "log root under a file":
         (tmp_path / "file").write_text("not a folder")
         logs = tmp_path / "file" / "logs"
+    elif case == "no hpc checkpoint":  # Lightning's value for a SLURM requeue's checkpoint, with none there
+        setting = ["--ckpt_path", "hpc"]
     else:
         write_image_folder(tmp_path / "images", classes=1, per_class=2)
         config, setting = (

@@ -433,6 +433,13 @@ def cli_main(
             raise
         sys.stderr.write(f"{chr(10) if CrateCLI.progress_bar else ''}{program}: error: {one_line(err)}\n")
         raise SystemExit(2) from None
+    except ValueError as err:
+        _remove_if_empty(CrateCLI.run_dir)
+        if not run or "(ckpt_path=" not in str(err):
+            raise
+        # Lightning's own --ckpt_path values (hpc: a SLURM requeue's checkpoint) refused where nothing answers them
+        sys.stderr.write(f"{program}: error: --ckpt_path: {one_line(err)} (or --ckpt_path last, best)\n")
+        raise SystemExit(2) from None
     except BaseException:
         _remove_if_empty(CrateCLI.run_dir)
         raise
