@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,33 @@ def test_a_safetensors_file_with_unreadable_metadata_is_one_checkpoint_error(tmp
     save_file(model.state_dict(), str(tmp_path / "edited.safetensors"), metadata=metadata)
     with pytest.raises(CheckpointError, match=r"edited\.safetensors has unreadable metadata .*re-export it"):
         _load("crate_nano_patch4_32", tmp_path / "edited.safetensors", num_classes=10)
+
+
+def test_an_average_pooling_file_built_as_a_class_token_model_names_global_pool_avg(tmp_path: Path) -> None:
+    averaging = timm.create_model("crate_nano_patch4_32", num_classes=10, global_pool="avg")
+    torch.save(averaging.state_dict(), tmp_path / "a")
+    with pytest.raises(CheckpointError, match=r"with the checkpoint's global_pool='avg' \(leave such arguments out"):
+        _load("crate_nano_patch4_32", tmp_path / "a", num_classes=10)
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "vit_nano_patch4_32"])
+def test_a_class_token_file_read_with_average_pooling_and_its_head_is_said_to_be_another_model(
+    tmp_path: Path, name: str
+) -> None:
+    """A class-token run's norm moved after an average pooling gives its kept head other features: the
+    logits change (the property the warning states), and it is said; a new head, or the file's own pooling,
+    is loaded without a word."""
+    torch.manual_seed(0)
+    trained = perturb_(timm.create_model(name, num_classes=10)).eval()
+    torch.save(trained.state_dict(), tmp_path / "token.pth")
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.warns(UserWarning, match=r"built with global_pool='avg'.*predictions are not the checkpoint's"):
+        averaged = _load(name, tmp_path / "token.pth", num_classes=10, global_pool="avg")
+    with torch.no_grad():
+        assert _max_diff(averaged(x), trained(x)) > 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        own = _load(name, tmp_path / "token.pth", num_classes=10)
+        _load(name, tmp_path / "token.pth", num_classes=3, global_pool="avg", overlay=dict(num_classes=10))
+    with torch.no_grad():
+        assert _max_diff(own(x), trained(x)) == 0.0

@@ -24,6 +24,7 @@ a grayscale checkpoint gives the same outputs on gray images replicated to C cha
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -149,12 +150,36 @@ def _fill_absent_biases(state_dict: dict[str, torch.Tensor], model: nn.Module) -
             state_dict[name] = torch.zeros(state_dict[weight].shape[0], dtype=state_dict[weight].dtype)
 
 
-def _place_final_norm(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
-    """The official head LayerNorm acts after pooling; with average pooling the zoo calls it ``fc_norm``."""
+def _head_is_kept(model: nn.Module) -> bool:
+    """Whether the model keeps the checkpoint's classifier (built with the cfg's ``num_classes``), rather
+    than a new head that ``num_classes`` asked for."""
+    return getattr(model, "pretrained_cfg", {}).get("num_classes", model.num_classes) == model.num_classes
+
+
+def _place_final_norm(state_dict: dict[str, torch.Tensor], model: nn.Module) -> bool:
+    """The official head LayerNorm acts after pooling; with average pooling the zoo calls it ``fc_norm``.
+    Returns whether the checkpoint's ``norm`` was moved there."""
     own = model.state_dict()
     if "norm.weight" in state_dict and "norm.weight" not in own and "fc_norm.weight" in own:
         state_dict["fc_norm.weight"] = state_dict.pop("norm.weight")
         state_dict["fc_norm.bias"] = state_dict.pop("norm.bias")
+        return True
+    return False
+
+
+def _warn_head_reads_other_features(model: nn.Module) -> None:
+    """Said of a file of the zoo's own layout whose ``norm`` normalised every token before pooling (a
+    class-token run) and was moved to the ``fc_norm`` of an average-pooling model: it acts on another vector
+    there, so a model that keeps the file's head predicts other classes than the file's run did. That starts
+    a fine-tuning well, but as the file's classifier it is a wrong model."""
+    warnings.warn(
+        f"the checkpoint normalises every token before pooling (its norm), but this {type(model).__name__} was "
+        f"built with global_pool={getattr(model, 'global_pool', 'avg')!r}, which normalises after pooling "
+        "(fc_norm): the checkpoint's head now reads other features, so its predictions are not the "
+        "checkpoint's. Leave global_pool (and fc_norm) out to get the model it was trained as, or fine-tune, "
+        "or give num_classes for a new head.",
+        stacklevel=3,
+    )
 
 
 def _resample_pos_embed(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
@@ -172,7 +197,7 @@ def _resample_pos_embed(state_dict: dict[str, torch.Tensor], model: nn.Module) -
 
 def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> None:
     own = model.state_dict()
-    head_reset = getattr(model, "pretrained_cfg", {}).get("num_classes", model.num_classes) != model.num_classes
+    head_reset = not _head_is_kept(model)
     if "head.weight" in state_dict and "head.weight" in own and not head_reset:
         theirs, ours = state_dict["head.weight"].shape[0], own["head.weight"].shape[0]
         if theirs != ours:
@@ -222,6 +247,8 @@ def _build_settings(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     # the zoo's sequence pooling (its own slot, or timm's attn_pool slot) is one linear map, attention_pool;
     # timm's MAP pooling in the attn_pool slot is another head, not this one
     settings["global_pool='seq'"] = any(k.endswith("pool.attention_pool.weight") for k in state_dict)
+    # a norm after pooling (fc_norm) is what average pooling builds; a norm of every token, the other poolings
+    settings["global_pool='avg'"] = "fc_norm.weight" in state_dict
     return settings
 
 
@@ -235,6 +262,8 @@ def _settings_that_differ(state_dict: Mapping[str, torch.Tensor], own: Mapping[s
             continue
         if name == "global_pool='seq'":
             differ.append("global_pool='seq'" if value else "global_pool='token' or 'avg'")
+        elif name == "global_pool='avg'":
+            differ.append("global_pool='avg'" if value else "global_pool='token' (or fc_norm=False)")
         else:
             differ.append(f"{name}={value}")
     return differ
@@ -307,12 +336,16 @@ def checkpoint_filter_fn(
     cfg = getattr(model, "pretrained_cfg", None)
     if isinstance(cfg, dict):
         cfg.pop("state_dict", None)
+    state_dict = unwrap_state_dict(state_dict)
+    own_layout = detect_layout(state_dict) == "timm"
     state_dict = to_zoo_layout(state_dict)
     if family_filter is not None:
         state_dict = dict(family_filter(state_dict, model))
     _fill_absent_biases(state_dict, model)
-    _place_final_norm(state_dict, model)
+    norm_moved = _place_final_norm(state_dict, model)
     _resample_pos_embed(state_dict, model)
     _adapt_in_chans(state_dict, model)
     _check_fits(state_dict, model)
+    if norm_moved and own_layout and "head.weight" in state_dict and _head_is_kept(model):
+        _warn_head_reads_other_features(model)
     return state_dict
