@@ -163,37 +163,40 @@ def test_the_baseline_s_subsample_keeps_each_class_share_within_its_caps() -> No
     assert everything["train_images"] == 500  # under both caps: every training image
 
 
-@pytest.mark.slow  # two one-step train.py runs in this process
-def test_a_run_from_pretrained_weights_takes_their_input_size_unless_one_is_given(tmp_path: Path, caplog) -> None:
-    """As timm fine-tunes a pretrained model at its own input size: 40 px images are read at the 32 px the shipped
-    file was trained at (its position embedding kept), not at their own side, and the recipe line says why."""
+@pytest.mark.slow  # three one-step train.py runs in this process
+def test_a_run_from_pretrained_weights_takes_their_input_size_and_channels_unless_given(tmp_path: Path, caplog) -> None:
+    """As timm fine-tunes a pretrained model at its own input size and in its channels: 40 px images are read at
+    the 32 px the shipped file was trained at (its position embedding kept), gray ones as RGB (its first layer
+    kept, not folded), and the recipe line says why; a size given is kept, with the resampling warned of."""
     import logging
     import warnings
 
     from benchmarks.common import write_image_folder
     from crate.models import read_checkpoint
 
-    images = write_image_folder(tmp_path / "images", classes=3, per_class=4, size=40, gray=False)
     shipped = REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.safetensors"
-    trained_at = read_checkpoint(shipped).img_size()
-    assert trained_at == 32  # what the file records, and not the folder's side
-    args = ["fit", "--config", FOLDER, "--data.root", str(images), "--data.num_workers", "0"]
-    args += ["--trainer.enable_progress_bar", "false", "--trainer.max_steps", "1", "--baseline.enabled", "false"]
+    trained = read_checkpoint(shipped)
+    assert (trained.img_size(), trained.in_chans()) == (32, 3)  # what the file records, not the folders' images
+    args = ["fit", "--config", FOLDER, "--data.num_workers", "0", "--baseline.enabled", "false"]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.max_steps", "1"]
     args += ["--model.pretrained_file", str(shipped)]
-    for given, expected in ((None, trained_at), (40, 40)):
+    for given, gray, expected in ((None, False, 32), (40, False, 40), (None, True, 32)):
         caplog.clear()
-        logs = tmp_path / f"logs_{given}"
+        images = write_image_folder(tmp_path / f"images_{given}_{gray}", classes=3, per_class=4, size=40, gray=gray)
+        logs = tmp_path / f"logs_{given}_{gray}"
         extra = ["--data.img_size", str(given)] if given else []
         with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
             warnings.simplefilter("always")
-            proc = run_in_process(*args, *extra, "--log_root", str(logs))
+            proc = run_in_process(*args, "--data.root", str(images), *extra, "--log_root", str(logs))
         assert proc.returncode == 0, proc.stderr[-2000:]
         run = logs / "crate_nano_imagefolder" / "version_0"
-        config = yaml.safe_load((run / "config.yaml").read_text())
+        config = yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]
         built = read_checkpoint(run / "checkpoints" / "last.ckpt")
-        assert config["data"]["init_args"]["img_size"] == built.hparams["img_size"] == expected
+        assert config["img_size"] == built.hparams["img_size"] == expected
         assert built.zoo_state_dict["pos_embed"].shape[1] == 1 + (expected // 4) ** 2
-        said = f"(input 32: the size --model.pretrained_file {shipped} was trained at)"
-        assert (said in caplog.text) == (given is None)
+        assert config["in_chans"] == built.in_chans() == 3  # gray images replicated, the file's RGB layer kept
+        taken = "input 32, RGB" if given is None else "RGB"  # what was left open
+        assert f"({taken}: as --model.pretrained_file {shipped} was trained)" in caplog.text
         resampled = [w for w in caught if "was trained with img_size=32" in str(w.message)]
         assert bool(resampled) == (given is not None)  # a resampling is warned of
+        assert not [w for w in caught if "was trained with in_chans" in str(w.message)]  # nothing folded

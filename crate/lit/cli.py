@@ -98,7 +98,7 @@ class CrateCLI(LightningCLI):
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
-    input_note = ""  # why a folder run's input size is not the folder's (start_at_trained_size)
+    input_note = ""  # why a folder run's input size or channels are not the folder's (start_as_trained)
     held_checkpoint: Checkpoint | None = None  # what --ckpt_path holds, read once
     progress_bar = False  # whether the run shows a progress bar (an error then starts on a line of its own)
 
@@ -171,7 +171,7 @@ class CrateCLI(LightningCLI):
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
-            self.input_note = start_at_trained_size(config)
+            self.input_note = start_as_trained(config)
 
     @property
     def resumed(self) -> Checkpoint | None:
@@ -284,27 +284,41 @@ def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:
     L.seed_everything(recorded, workers=True)
 
 
-def start_at_trained_size(config: Any) -> str:
+def start_as_trained(config: Any) -> str:
     """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, or a pretrained tag)
-    and leaves the input size open takes the size those weights were trained at, as timm fine-tunes a pretrained
-    model at its own input size, instead of the folder's image side (which would resample the position embedding
-    of weights that never saw it). Returns what to say of it, or an empty string where nothing changed."""
+    and leaves the input size or channels open takes those the weights were trained at, as timm fine-tunes a
+    pretrained model at its own input size and reads every image in its channels (gray replicated to RGB, colour
+    to gray), instead of the folder's image side and channels (which would resample the position embedding, or
+    fold the first layer, of weights that never saw such inputs). Returns what to say of it, or an empty string
+    where nothing changed."""
     data, model = config.get("data") or {}, config.get("model") or {}
     args = data.get("init_args") or {}
-    if "img_size" not in args or args["img_size"] is not None or not _is_folder_module(data.get("class_path")):
+    open_settings = [key for key in ("img_size", "in_chans") if key in args and args[key] is None]
+    if not open_settings or not _is_folder_module(data.get("class_path")):
         return ""
     kwargs = model.get("model_kwargs") or {}
     if model.get("pretrained_file"):
-        size = read_checkpoint(model["pretrained_file"]).img_size()
+        checkpoint = read_checkpoint(model["pretrained_file"])
+        cfg = timm.models.get_pretrained_cfg(model.get("model_name") or "")
+        trained = {"img_size": checkpoint.img_size(), "in_chans": checkpoint.in_chans(None, _first_conv(cfg))}
         source = f"--model.pretrained_file {model['pretrained_file']}"
     elif kwargs.get("pretrained") and (cfg := timm.models.get_pretrained_cfg(model.get("model_name") or "")):
-        size, source = cfg.input_size[-1], f"the pretrained {model['model_name']}"
+        trained = {"img_size": cfg.input_size[-1], "in_chans": cfg.input_size[0]}
+        source = f"the pretrained {model['model_name']}"
     else:
         return ""
-    if not isinstance(size, int):  # not recorded, or not square: the folder's choice stands
-        return ""
-    args["img_size"] = size
-    return f" (input {size}: the size {source} was trained at)"
+    said = []
+    if "img_size" in open_settings and isinstance(trained["img_size"], int):  # else not recorded, or not square
+        args["img_size"] = trained["img_size"]
+        said.append(f"input {trained['img_size']}")
+    if "in_chans" in open_settings and trained["in_chans"] in (1, 3):
+        args["in_chans"] = trained["in_chans"]
+        said.append("gray" if trained["in_chans"] == 1 else "RGB")
+    return f" ({', '.join(said)}: as {source} was trained)" if said else ""
+
+
+def _first_conv(cfg: Any) -> str:
+    return getattr(cfg, "first_conv", None) or "patch_embed.proj"
 
 
 def _is_folder_module(class_path: Any) -> bool:
