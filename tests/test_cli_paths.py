@@ -96,6 +96,25 @@ def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process
     assert scores[0] and scores[0] == scores[1]
 
 
+def test_a_resume_from_an_earlier_checkpoint_leaves_one_history_in_metrics_csv(tmp_path: Path, vit_run: Path) -> None:
+    """The run goes on to epoch 1, then is resumed from its epoch-0 file: metrics.csv holds epoch 1 once (the
+    second continuation's), and the first continuation's rows are in metrics.superseded.csv, not lost."""
+    shutil.copytree(vit_run.parent, tmp_path / "vit_nano_digits")
+    run = tmp_path / "vit_nano_digits" / "version_0"
+    epoch0 = run / "checkpoints" / "epoch0.ckpt"
+    shutil.copy(run / "checkpoints" / "last.ckpt", epoch0)
+    again = ["fit", "--config", VIT, *QUICK[2:], *QUIET, "--log_root", str(tmp_path), "--trainer.max_epochs", "2"]
+    _ok(run_in_process(*again, "--ckpt_path", "last"))
+    _ok(run_in_process(*again, "--ckpt_path", str(epoch0)))
+
+    def val_epochs(name: str) -> list[str]:
+        with (run / name).open() as handle:
+            return [row["epoch"] for row in csv.DictReader(handle) if row.get("val/acc")]
+
+    assert val_epochs("metrics.csv") == ["0", "1"]
+    assert val_epochs("metrics.superseded.csv") == ["1"]
+
+
 @pytest.mark.parametrize("case", ["no best recorded", "best file gone"])
 def test_ckpt_path_best_without_a_best_file_is_one_line(tmp_path: Path, vit_run: Path, case: str) -> None:
     held = torch.load(vit_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)

@@ -51,14 +51,18 @@ SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
 SIGINT_EXIT = 128 + 2  # and by Ctrl-C (SIGINT)
 
 
-def run_loggers(log_root: str, run_name: str, version: int | None = None) -> list[Logger]:
+def run_loggers(
+    log_root: str, run_name: str, version: int | None = None, resumed_step: int | None = None
+) -> list[Logger]:
     """TensorBoard and CSV loggers writing into one folder, ``log_root/run_name/version_N`` (a new N unless
-    ``version`` is given: resuming, validating or testing a run's checkpoint logs into that run's folder).
+    ``version`` is given: resuming, validating or testing a run's checkpoint logs into that run's folder;
+    ``resumed_step``: the steps of the checkpoint a resume starts from, after which ``metrics.csv``'s rows are
+    set aside).
 
     Checkpoints land in that folder's ``checkpoints/``.
     """
     tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False, version=version)
-    csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version)
+    csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version, resumed_step=resumed_step)
     return [tensorboard, csv]
 
 
@@ -247,7 +251,9 @@ class CrateCLI(LightningCLI):
                 self.save_config_kwargs = dict(
                     self.save_config_kwargs, config_filename=f"config.{self.subcommand}.yaml"
                 )
-            kwargs["logger"] = run_loggers(log_root, run_name, version)
+            steps = self.resumed.record.get("global_step") if self.resumed is not None else None
+            resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
+            kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step)
             CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
         try:
             trainer = super().instantiate_trainer(**kwargs)
