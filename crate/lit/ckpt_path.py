@@ -3,6 +3,7 @@ to be a readable checkpoint of the configured model and module, and the run fold
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -84,11 +85,19 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str, subc
     looks only in the new version's folder); ``best``: the best checkpoint that file records (:func:`best_recorded`),
     so that ``validate``, ``test`` and ``predict`` in a new process reach the file ``fit`` named best (Lightning
     knows it only in the process that trained); a path: checked to exist (the CLI then reads it once, through the
-    zoo's reader, to check it is readable and of the configured model). ``hpc`` and ``registry`` pass through.
+    zoo's reader, to check it is readable and of the configured model). ``hpc`` passes through, and so does
+    ``registry[:NAME[:VERSION]]`` where Lightning's registry client (``litmodels``) is installed.
 
     A ``fit`` with ``last`` and no checkpoint yet starts fresh (so the flag can stay in a job script); any other
     command with ``last`` or ``best`` and no checkpoint is refused: it would evaluate untrained weights."""
-    if ckpt_path is None or ckpt_path in ("hpc", "registry"):
+    if ckpt_path is None or ckpt_path == "hpc":
+        return ckpt_path
+    if ckpt_path == "registry" or ckpt_path.startswith("registry:"):
+        if importlib.util.find_spec("litmodels") is None:
+            raise CheckpointError(
+                f"--ckpt_path {ckpt_path} reads Lightning's model registry, which needs the litmodels package "
+                "(pip install litmodels) and the network; give a checkpoint's path, or last or best of a run"
+            )
         return ckpt_path
     if ckpt_path in ("last", "best"):
         run = Path(log_root, run_name)
