@@ -601,3 +601,30 @@ def test_interpret_refuses_a_comparison_of_other_inputs_and_lists_data_settings(
     refusal = captured.err.strip().splitlines()
     assert len(refusal) == 1 and "takes inputs of (3, 32, 32)" in refusal[0] and "(1, 32, 32)" in refusal[0]
     assert not out.exists()
+
+
+def test_a_checkpoint_file_given_as_the_model_is_one_line_with_the_flags_that_evaluate_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The architecture named is the one the file records (read here with the zoo's reader), for --model and
+    --compare alike; a file that is no checkpoint says so."""
+    from crate.interpret.__main__ import main
+    from crate.models import read_checkpoint
+
+    shipped = str(REPO / "checkpoints" / "crate_nano_patch4_32.digits.safetensors")
+    other = str(REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors")
+    junk = tmp_path / "notes.txt"
+    junk.write_text("not weights")
+    tag = "crate_nano_patch4_32.digits"
+    cases = [
+        (["--model", shipped], f"--model {read_checkpoint(shipped).model_name} --checkpoint {shipped})"),
+        (["--model", tag, "--compare", other, "-"], f"--compare {read_checkpoint(other).model_name} {other})"),
+        (["--model", str(junk)], "is a file, and not a readable checkpoint"),
+    ]
+    for args, said in cases:
+        with pytest.raises(SystemExit) as stopped:
+            main([*args, "--out", str(tmp_path / "report")])
+        error = capsys.readouterr().err.strip()
+        assert stopped.value.code == 2 and len(error.splitlines()) == 1, error
+        assert error.startswith("crate-interpret: error: ") and said in error, error
+        assert not (tmp_path / "report").exists()

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import yaml
 from timm.data import resolve_data_config
 
-from crate.models import CheckpointError
+from crate.models import CheckpointError, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
 from .loading import load_data, load_run, resolve_data
@@ -85,6 +86,17 @@ def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: 
         )
 
 
+def _file_as_model(path: str, first: bool) -> str:
+    """What to say of a checkpoint file given where a model name belongs: the flags that evaluate it, with the
+    architecture the file records (or a placeholder where it records none)."""
+    try:
+        arch = read_checkpoint(path).model_name or "ARCHITECTURE"
+    except CheckpointError as err:
+        return f"{path} is given as a model name, but it is a file, and not a readable checkpoint: {err}"
+    flags = f"--model {arch} --checkpoint {path}" if first else f"--compare {arch} {path}"
+    return f"{path} is a checkpoint file, not a model name: pass the architecture it holds and the file ({flags})"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="crate-interpret",
@@ -136,6 +148,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     overrides = _data_overrides(parser, rest)
     pairs = [(args.model, args.checkpoint)] + [tuple(pair) for pair in args.compare or []]
+    for index, (name, checkpoint) in enumerate(pairs):
+        if checkpoint in (None, "-") and Path(name).is_file():  # a run's file where its architecture belongs
+            parser.exit(2, f"crate-interpret: error: {_file_as_model(name, first=index == 0)}\n")
     try:
         models = {}
         for name, checkpoint in pairs:
