@@ -252,6 +252,7 @@ def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, se
         ("log root under a file", "is a file, not a folder"),
         ("one class", "a classifier needs two or more classes, and the data has 1"),
         ("no hpc checkpoint", '--ckpt_path: `.fit(ckpt_path="hpc")` is set but no HPC checkpoint was found'),
+        ("a file as the model name", "is a file, not a model name: name its architecture (--model.model_name vit_"),
     ],
 )
 def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, message: str) -> None:
@@ -266,6 +267,8 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
         logs = tmp_path / "file" / "logs"
     elif case == "no hpc checkpoint":  # Lightning's value for a SLURM requeue's checkpoint, with none there
         setting = ["--ckpt_path", "hpc"]
+    elif case == "a file as the model name":  # the architecture named is the one the file records
+        setting = ["--model.model_name", str(REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors")]
     else:
         write_image_folder(tmp_path / "images", classes=1, per_class=2)
         config, setting = (

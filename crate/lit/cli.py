@@ -172,6 +172,7 @@ class CrateCLI(LightningCLI):
         if self.subcommand in refused:
             raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
         config = self.config[self.subcommand] if self.subcommand else self.config
+        refuse_file_as_model_name((config.get("model") or {}).get("model_name"))
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
@@ -288,6 +289,22 @@ def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:
     )
     config["seed_everything"] = recorded
     L.seed_everything(recorded, workers=True)
+
+
+def refuse_file_as_model_name(model_name: Any) -> None:
+    """A weights file given where the architecture's name belongs is refused with the flags that use it: the
+    architecture it records, and the file as the weights to start from or the run checkpoint to continue."""
+    if not isinstance(model_name, str) or not Path(model_name).is_file():
+        return
+    try:
+        arch = read_checkpoint(model_name).model_name or "ARCHITECTURE"
+    except CheckpointError:
+        arch = "ARCHITECTURE"
+    raise ConfigError(
+        f"--model.model_name {model_name} is a file, not a model name: name its architecture "
+        f"(--model.model_name {arch}) and give the file as --model.pretrained_file (to start from its weights) "
+        "or, for a .ckpt of a run, as --ckpt_path (to resume or evaluate it)"
+    )
 
 
 def start_as_trained(config: Any) -> str:
