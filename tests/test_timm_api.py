@@ -198,10 +198,30 @@ def test_the_traced_training_graph_gives_every_parameter_a_gradient(name: str) -
     assert not [n for n, p in traced.named_parameters() if p.grad is None], "parameters without a gradient"
 
 
-@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32"])
-def test_dynamic_img_size_resamples_the_position_embedding(name: str) -> None:
+def _resampled_to(model: torch.nn.Module, size: tuple[int, int]) -> torch.nn.Module:
+    """A new model of ``model``'s name built for ``size``, holding ``model``'s weights with its learned position
+    embedding resampled (timm's bicubic resampling) to that patch grid: what another input size should give."""
     from timm.layers import resample_abs_pos_embed
 
+    name = model.pretrained_cfg["architecture"]
+    resized = timm.create_model(name, num_classes=model.num_classes, img_size=size).eval()
+    state = dict(model.state_dict())
+    patch = model.patch_embed.patch_size
+    table = state.get("pos_embed")
+    if isinstance(getattr(model, "pos_embed", None), torch.nn.Parameter):
+        prefix = table.shape[1] - model.patch_embed.num_patches
+        grid = [size[0] // patch[0], size[1] // patch[1]]
+        state["pos_embed"] = resample_abs_pos_embed(table, grid, list(model.patch_embed.grid_size), prefix)
+    else:  # a table computed from the positions (CRATE-MAE's sine-cosine, ToST's Fourier): the new model's own
+        state = {k: v for k, v in state.items() if k not in ("pos_embed", "decoder_pos_embed")}
+    resized.load_state_dict(state, strict=False)
+    return resized
+
+
+@pytest.mark.parametrize(
+    "name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "crate_cct4_3x2_32", "vit_cct4_3x2_32"]
+)
+def test_dynamic_img_size_resamples_the_position_embedding(name: str) -> None:
     torch.manual_seed(0)
     static = timm.create_model(name, num_classes=5).eval()
     dynamic = timm.create_model(name, num_classes=5, dynamic_img_size=True).eval()
@@ -211,14 +231,43 @@ def test_dynamic_img_size_resamples_the_position_embedding(name: str) -> None:
         torch.testing.assert_close(dynamic(x), static(x))  # at the built size: the same model
         wide = torch.randn(2, 3, 48, 64)
         _, maps = dynamic.forward_intermediates(wide, indices=1)
-        assert maps[0].shape == (2, 96, 12, 16)
+        assert maps[0].shape == (2, static.embed_dim, 12, 16)
         # at another size: the static model with its position embedding resampled to that grid
-        resized = timm.create_model(name, num_classes=5, img_size=(48, 64)).eval()
-        state = dict(static.state_dict())
-        state["pos_embed"] = resample_abs_pos_embed(state["pos_embed"], new_size=[12, 16], old_size=[8, 8])
-        resized.load_state_dict(state)
-        torch.testing.assert_close(dynamic(wide), resized(wide), atol=1e-5, rtol=1e-5)
-        scripted = torch.jit.script(dynamic)
-        torch.testing.assert_close(scripted(wide), dynamic(wide), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(dynamic(wide), _resampled_to(static, (48, 64))(wide), atol=1e-5, rtol=1e-5)
+        if not name.startswith("vit_"):  # the zoo's own classes script; timm's ViT is timm's to test
+            scripted = torch.jit.script(dynamic)
+            torch.testing.assert_close(scripted(wide), dynamic(wide), atol=1e-5, rtol=1e-5)
     with pytest.raises(AssertionError, match="multiples of the patch size"):
         dynamic(torch.randn(1, 3, 30, 32))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "crate_nano_patch4_32",
+        "crate_alpha_nano_patch4_32",
+        "cbt_nano_patch4_32",
+        "tost_nano_patch4_32",
+        "crate_mae_nano_patch4_32",
+        "crate_cct4_3x2_32",
+        "vit_cct4_3x2_32",
+        "vit_nano_patch4_32",
+    ],
+)
+def test_set_input_size_gives_the_model_built_for_that_size(name: str) -> None:
+    """timm's ``set_input_size``: afterwards the model is the one built for the new size from its weights (the
+    learned position embedding resampled as timm's ViT resamples its own), and records the size; a new patch
+    size is refused where the patch embedding's weights fix it."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5).eval()
+    expected = _resampled_to(model, (48, 48))
+    model.set_input_size(img_size=(48, 48))
+    x = torch.randn(2, 3, 48, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), expected(x), atol=1e-5, rtol=1e-5)
+    assert tuple(model.patch_embed.grid_size) == (12, 12) and model._traits["img_size"] == (48, 48)
+    # timm's conv PatchEmbed resamples its kernel to another patch size, unless a decoder predicts the patches
+    conv = isinstance(model.patch_embed, timm.layers.PatchEmbed) and not getattr(model, "decoder_depth", 0)
+    if not conv:
+        with pytest.raises(ValueError, match="changes the image size only"):
+            model.set_input_size(patch_size=8)

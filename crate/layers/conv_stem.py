@@ -6,7 +6,7 @@ import torch
 from timm.models.xcit import conv3x3
 from torch import nn
 
-from .patch_embed import check_image_input
+from .patch_embed import check_image_input, resize_grid
 
 __all__ = ["ConvStem", "ConvStemTokens"]
 
@@ -51,6 +51,10 @@ class ConvStem(nn.Module):
             width = out
         self.proj = nn.Sequential(*layers)
         self.strict_img_size = True  # False: any size divisible by the patch size
+
+    def set_input_size(self, img_size: int | tuple[int, int] | None = None, patch_size: object = None) -> None:
+        """The grid of another image size (timm's ``PatchEmbed`` API); the stem's reduction stays."""
+        resize_grid(self, img_size, patch_size)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         check_image_input(x, self.in_chans, self.img_size if self.strict_img_size else None)

@@ -22,7 +22,8 @@ class ConvTokenizer(_PatchGrid):
     ``hidden_chans`` for every block but the last, which gives ``embed_dim``.
 
     Takes the arguments of a patch embedding (``patch_size`` is the grid's reduction, ``2^conv_layers``: pass
-    either) and returns the tokens (B, N, d) in row-major order, as the zoo's patch embeddings do. The first
+    either) and returns the tokens (B, N, d) in row-major order, as the zoo's patch embeddings do, or with
+    ``output_fmt="NHWC"`` (what timm's ViT asks for with ``dynamic_img_size``) the grid (B, H, W, d). The first
     layer is ``proj.0`` (the cfg's ``first_conv``).
     """
 
@@ -34,6 +35,8 @@ class ConvTokenizer(_PatchGrid):
         embed_dim: int = 128,
         conv_layers: int = 2,
         hidden_chans: int = 64,
+        strict_img_size: bool = True,
+        output_fmt: str | None = None,
         **_: object,  # timm's VisionTransformer passes its patch-embedding options (bias, padding): not used here
     ) -> None:
         reduction = 2**conv_layers
@@ -45,6 +48,8 @@ class ConvTokenizer(_PatchGrid):
                 f"a tokenizer of {conv_layers} conv blocks reduces the image {reduction}x; got patch_size={patch_size}"
             )
         super().__init__(img_size, reduction, in_chans)
+        self.strict_img_size = strict_img_size  # False: any size divisible by the reduction (timm's dynamic size)
+        self.channels_last = output_fmt == "NHWC"  # timm's ViT asks for (B, H, W, d) with dynamic_img_size
         widths = [in_chans] + [hidden_chans] * (conv_layers - 1) + [embed_dim]
         blocks: list[nn.Module] = []
         for width_in, width_out in zip(widths[:-1], widths[1:], strict=True):
@@ -68,7 +73,8 @@ class ConvTokenizer(_PatchGrid):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check(x)
-        return self.proj(x).flatten(2).transpose(1, 2)
+        x = self.proj(x)
+        return x.permute(0, 2, 3, 1) if self.channels_last else x.flatten(2).transpose(1, 2)
 
 
 class SeqPool(nn.Module):

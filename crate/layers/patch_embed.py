@@ -9,7 +9,7 @@ from timm.layers import Format, _assert, nchw_to
 from timm.layers import PatchEmbed as TimmPatchEmbed
 from torch import nn
 
-__all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input", "patch_embed_in_chans"]
+__all__ = ["ConvPatchEmbed", "PatchEmbed", "check_image_input", "patch_embed_in_chans", "resize_grid"]
 
 
 def patch_embed_in_chans(embed: nn.Module) -> int:
@@ -43,6 +43,25 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
         _assert(x.shape[3] == img_size[1], message)
 
 
+def resize_grid(embed: nn.Module, img_size: int | tuple[int, int] | None, patch_size: object = None) -> None:
+    """timm's ``PatchEmbed.set_input_size`` for an embedding whose weights fix its patch size (flat patches, a
+    tokenizer's or a stem's reduction): the grid of another image size; a new patch size is refused."""
+    current = tuple(embed.patch_size)
+    if patch_size is not None and _pair(patch_size) != current:  # type: ignore[arg-type]
+        raise ValueError(
+            f"this patch embedding's weights are built for {current[0]}x{current[1]} patches: set_input_size "
+            f"changes the image size only (got patch_size={patch_size})"
+        )
+    if img_size is None:
+        return
+    size = _pair(img_size)
+    if size[0] % current[0] or size[1] % current[1]:
+        raise ValueError(f"img_size={size} is not divisible by patch_size={current}")
+    embed.img_size = size
+    embed.grid_size = (size[0] // current[0], size[1] // current[1])
+    embed.num_patches = embed.grid_size[0] * embed.grid_size[1]
+
+
 class _PatchGrid(nn.Module):
     """The grid of p x p patches over an image of a fixed size, shared by the patch embeddings."""
 
@@ -56,6 +75,10 @@ class _PatchGrid(nn.Module):
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.strict_img_size = True  # False: any size divisible by the patch size (dynamic image size)
+
+    def set_input_size(self, img_size: int | tuple[int, int] | None = None, patch_size: object = None) -> None:
+        """The grid of another image size (timm's ``PatchEmbed`` API); the patch size stays."""
+        resize_grid(self, img_size, patch_size)
 
     def check(self, x: torch.Tensor) -> None:
         """The input check: the built size, or (not strict) a size divisible by the patch size."""

@@ -11,8 +11,10 @@ blocks' output into the features: the final norm; ToST's class-attention stage a
 # No ``from __future__ import annotations`` here: FX copies ``forward``'s annotations into the code it
 # generates, and a string annotation there is a type TorchScript cannot resolve (FX, then scripting).
 import torch
+from timm.layers import resample_abs_pos_embed
 from timm.models import checkpoint_seq
 from timm.models._features import feature_take_indices
+from timm.models._input import update_model_input_size
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -89,6 +91,27 @@ class TransformerClassifier(nn.Module):
 
     def _after_blocks(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x)
+
+    @torch.jit.ignore
+    def set_input_size(self, img_size: int | tuple[int, int] | None = None, patch_size: object = None) -> None:
+        """timm's ViT API: the model for another image size, a learned position embedding resampled (bicubic)
+        from the old patch grid to the new one as timm's ViT resamples its own; the patch size stays (it is
+        built into the patch embedding's weights)."""
+        previous = tuple(self.patch_embed.grid_size)
+        self.patch_embed.set_input_size(img_size=img_size, patch_size=patch_size)
+        if tuple(self.patch_embed.grid_size) != previous:
+            self._resize_positions(previous)
+        update_model_input_size(self, self.patch_embed.img_size)
+
+    def _resize_positions(self, previous: tuple[int, int]) -> None:
+        """The position embedding for the new grid (a table computed from positions, as ToST's, needs nothing)."""
+        table = getattr(self, "pos_embed", None)
+        if isinstance(table, nn.Parameter):
+            prefix = table.shape[1] - previous[0] * previous[1]
+            resampled = resample_abs_pos_embed(
+                table.detach(), list(self.patch_embed.grid_size), list(previous), num_prefix_tokens=prefix
+            )
+            self.pos_embed = nn.Parameter(resampled, requires_grad=table.requires_grad)
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from timm.layers import build_sincos2d_pos_embed
+from timm.layers import build_sincos2d_pos_embed, to_2tuple
 from timm.models import checkpoint_seq, generate_default_cfgs, register_model
 from torch import nn
 
@@ -147,6 +147,24 @@ class CrateMAE(CRATE):
             self.decoder_norm = nn.LayerNorm(embed_dim, eps=1e-6)
             self.decoder_pred = nn.Linear(embed_dim, patch[0] * patch[1] * in_chans)
         self._init_weights()
+
+    def set_input_size(self, img_size: int | tuple[int, int] | None = None, patch_size: object = None) -> None:
+        """The model for another image size (timm's API); a decoder predicts its patches' pixels, so with one the
+        patch size stays."""
+        keeps = patch_size is None or to_2tuple(patch_size) == tuple(self.patch_embed.patch_size)
+        if self.decoder_depth > 0 and not keeps:
+            raise ValueError(
+                f"CRATE-MAE's decoder predicts the pixels of {self.patch_embed.patch_size[0]}-pixel patches: "
+                f"set_input_size changes the image size only here (got patch_size={patch_size})"
+            )
+        super().set_input_size(img_size=img_size, patch_size=patch_size)
+
+    def _resize_positions(self, previous: tuple[int, int]) -> None:
+        """The fixed sine-cosine tables computed for the new grid (encoder's, and the decoder's where it has one)."""
+        grid = tuple(self.patch_embed.grid_size)
+        self.pos_embed = sincos_pos_embed(self.embed_dim, grid).to(self.pos_embed)
+        if hasattr(self, "decoder_pos_embed"):
+            self.decoder_pos_embed = sincos_pos_embed(self.embed_dim, grid).to(self.decoder_pos_embed)
 
     def _init_weights(self) -> None:
         """The released code's initialisation: Linear layers xavier-uniform with zero biases, the patch
