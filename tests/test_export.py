@@ -173,6 +173,34 @@ def test_a_hub_folder_loads_through_timm_both_ways(lightning_run, tmp_path: Path
         torch.testing.assert_close(from_hub(x), expected)
 
 
+def test_a_hub_repository_with_only_pytorch_model_bin_loads_as_timm_finds_it(
+    lightning_run, tmp_path: Path, monkeypatch
+) -> None:
+    """timm takes a repository's model.safetensors, else its pytorch_model.bin; so do the zoo's readers (timm's
+    name, and the tools' hub names). A repository with neither is one error that names both."""
+    from hub_cache import serve_offline
+    from safetensors.torch import load_file
+
+    from crate.interpret import load_run
+
+    run, module = lightning_run
+    hub = tmp_path / "exported"
+    export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=hub, measure=False)
+    torch.save(load_file(hub / "model.safetensors"), tmp_path / "pytorch_model.bin")
+    files = {"config.json": hub / "config.json", "pytorch_model.bin": tmp_path / "pytorch_model.bin"}
+    serve_offline(monkeypatch, tmp_path / "hub_cache", "crate-zoo/old_layout", files)
+    serve_offline(monkeypatch, tmp_path / "hub_cache", "crate-zoo/no_weights", {"config.json": hub / "config.json"})
+    x = load_digits_tensors(img_size=32, in_chans=1)[1].images[:4]
+    with torch.no_grad():
+        expected = module(x)
+        torch.testing.assert_close(
+            timm.create_model("hf-hub:crate-zoo/old_layout", pretrained=True).eval()(x), expected
+        )
+        torch.testing.assert_close(load_run("hf-hub:crate-zoo/old_layout", None)[0](x), expected)
+    with pytest.raises(CheckpointError, match=r"model.safetensors .*; nor .*pytorch_model.bin"):
+        timm.create_model("hf-hub:crate-zoo/no_weights", pretrained=True)
+
+
 def test_a_hub_folder_s_weights_record_the_run_and_its_timm_name_loads_in_the_tools(
     lightning_run, tmp_path: Path, monkeypatch
 ) -> None:

@@ -39,7 +39,7 @@ import torch
 from timm.models import get_pretrained_cfg
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
-from .hub import folder_weights, hub_file
+from .hub import folder_weights, hub_file, hub_weights_file
 from .names import check_model_name
 
 __all__ = [
@@ -305,7 +305,8 @@ def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
     hub_id = _cfg_value(cfg, "hf_hub_id")
     if hub_id and (source == "hf-hub" or not file):
         repo, _, revision = hub_id.partition("@")
-        return hub_file(repo, _cfg_value(cfg, "hf_hub_filename") or "model.safetensors", revision or None)
+        named = _cfg_value(cfg, "hf_hub_filename")
+        return hub_file(repo, named, revision or None) if named else hub_weights_file(repo, revision or None)
     return file
 
 

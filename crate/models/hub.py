@@ -10,7 +10,7 @@ from timm.models import parse_model_name
 
 from .convert import CheckpointError
 
-__all__ = ["folder_weights", "hub_file", "hub_weights", "is_hub_name"]
+__all__ = ["folder_weights", "hub_file", "hub_weights", "hub_weights_file", "is_hub_name"]
 
 # the weight files a hub folder may hold, in timm's order of preference
 _FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
@@ -55,6 +55,18 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> str:
         raise CheckpointError(f"the hub has no {filename} in {repo} ({type(err).__name__})") from err
 
 
+def hub_weights_file(repo: str, revision: str | None = None) -> str:
+    """The weights of a hub repository as timm finds them: its ``model.safetensors``, else (a repository
+    published before safetensors) its ``pytorch_model.bin``; from the cache, or downloaded."""
+    tried = []
+    for filename in _FOLDER_FILES[:2]:
+        try:
+            return hub_file(repo, filename, revision)
+        except CheckpointError as err:
+            tried.append(str(err))
+    raise CheckpointError(f"{repo} gives no weights file: {'; nor '.join(tried)}")
+
+
 def _architecture(config: Path, name: str) -> str:
     """The architecture a hub ``config.json`` names (timm's ``architecture`` field)."""
     try:
@@ -74,9 +86,9 @@ def _architecture(config: Path, name: str) -> str:
 
 def hub_weights(name: str) -> tuple[str, str]:
     """(the architecture, the weights file) of a hub name: ``local-dir:DIR`` reads the folder, ``hf-hub:ORG/NAME``
-    (or ``ORG/NAME@REVISION``) the repository's ``config.json`` and ``model.safetensors`` from the hub cache,
-    downloading what it lacks. A missing folder, a folder without ``config.json`` or weights, or a config that is
-    not timm's is one :class:`CheckpointError` (a missing folder: ``FileNotFoundError``)."""
+    (or ``ORG/NAME@REVISION``) the repository's ``config.json`` and weights (:func:`hub_weights_file`) from the
+    hub cache, downloading what it lacks. A missing folder, a folder without ``config.json`` or weights, or a
+    config that is not timm's is one :class:`CheckpointError` (a missing folder: ``FileNotFoundError``)."""
     source, where = _source(name)
     if source == "local-dir":
         folder = Path(where)
@@ -91,4 +103,4 @@ def hub_weights(name: str) -> tuple[str, str]:
         return _architecture(config, name), folder_weights(folder)
     repo, _, revision = where.partition("@")
     config = Path(hub_file(repo, "config.json", revision or None))
-    return _architecture(config, name), hub_file(repo, "model.safetensors", revision or None)
+    return _architecture(config, name), hub_weights_file(repo, revision or None)
