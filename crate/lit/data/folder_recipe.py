@@ -127,7 +127,7 @@ class FolderRecipe:
             augment += ", no flips (read as characters; objects: " + GLYPH_FLIP_HINT + ")"
         else:
             augment += ", no flips"
-        epochs = f"{max_epochs} epochs" if max_epochs is not None else "epochs as set"
+        epochs = f"{max_epochs} epoch{'s' * (max_epochs != 1)}" if max_epochs is not None else "epochs as set"
         text = (
             f"{survey.train_images:,} {kind} images of {sizes} in {len(survey.class_counts)} classes "
             f"({survey.val_images:,} to validate): input {img_size}, {augment}, batch {batch_size}, {epochs}"
