@@ -212,3 +212,21 @@ def test_an_evaluation_without_a_checkpoint_says_which_weights_it_measured(tmp_p
         trainer.validate(built, DigitsDataModule(batch_size=8))
     assert f"val of the weights it was built from ({shipped}): val/acc" in caplog.text
     assert not [w for w in caught if "untrained" in str(w.message)]
+
+
+def test_an_evaluation_of_a_checkpoint_is_not_said_to_be_untrained(tmp_path: Path, caplog, monkeypatch) -> None:
+    """Lightning restores ``ckpt_path`` after the callbacks' ``setup``: validate and predict of a run's file name
+    that file, and no warning calls their model untrained (it did, read at ``setup``)."""
+    monkeypatch.chdir(tmp_path)  # the summary names a file relative to the working folder
+    trainer, best = _trainer(tmp_path, max_epochs=1, enable_progress_bar=False)
+    trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    for run in ("validate", "predict"):
+        caplog.clear()
+        evaluator, _ = _trainer(tmp_path / run, enable_progress_bar=False)
+        fresh = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+            warnings.simplefilter("always")
+            getattr(evaluator, run)(fresh, DigitsDataModule(batch_size=8), ckpt_path=best.last_model_path)
+        assert not [w for w in caught if "untrained" in str(w.message)], run
+        if run == "validate":
+            assert "val of checkpoints/last.ckpt: val/acc" in caplog.text

@@ -110,11 +110,25 @@ class RunSummary(Callback):
         (``load_state_dict``: Lightning restores callbacks after ``setup`` and before ``on_fit_start``)."""
         if stage == "fit":
             self._best, self._carried_s = None, 0.0
-        elif _weights_evaluated(trainer, pl_module) == UNTRAINED:
+
+    def _warn_if_untrained(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """An evaluation of the untrained model is said at its start: after Lightning has restored the checkpoint
+        (at ``setup`` it has not, and ``trainer.ckpt_path`` is still None), not during a fit's validation."""
+        stage = trainer.state.fn
+        if stage is not None and stage != "fit" and _weights_evaluated(trainer, pl_module) == UNTRAINED:
             rank_zero_warn(
                 f"{getattr(stage, 'value', stage)} without --ckpt_path uses {UNTRAINED}, not a run's weights; "
                 "--ckpt_path last, best or PATH evaluates a run"
             )
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._warn_if_untrained(trainer, pl_module)
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._warn_if_untrained(trainer, pl_module)
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._warn_if_untrained(trainer, pl_module)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_start = time.perf_counter()
