@@ -182,7 +182,9 @@ def test_a_run_from_pretrained_weights_takes_their_input_size_and_channels_unles
     args += ["--model.pretrained_file", str(shipped)]
     for given, gray, expected in ((None, False, 32), (40, False, 40), (None, True, 32)):
         caplog.clear()
-        images = write_image_folder(tmp_path / f"images_{given}_{gray}", classes=3, per_class=4, size=40, gray=gray)
+        images = write_image_folder(tmp_path / f"images_{given}_{gray}", classes=3, per_class=4, size=40, gray=False)
+        for image in images.rglob("*.png") if gray else ():  # every image gray: a gray folder
+            Image.open(image).convert("L").save(image)
         logs = tmp_path / f"logs_{given}_{gray}"
         extra = ["--data.img_size", str(given)] if given else []
         with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
@@ -195,6 +197,9 @@ def test_a_run_from_pretrained_weights_takes_their_input_size_and_channels_unles
         assert config["img_size"] == built.hparams["img_size"] == expected
         assert built.zoo_state_dict["pos_embed"].shape[1] == 1 + (expected // 4) ** 2
         assert config["in_chans"] == built.in_chans() == 3  # gray images replicated, the file's RGB layer kept
+        # the augmentation follows what the images are, whatever they are read in: a gray folder's glyph recipe
+        assert (config["augmentation"]["hflip"] == 0.0) == gray
+        assert ("12 grayscale images" in caplog.text) == gray
         taken = "input 32, RGB" if given is None else "RGB"  # what was left open
         assert f"({taken}: as --model.pretrained_file {shipped} was trained)" in caplog.text
         resampled = [w for w in caught if "was trained with img_size=32" in str(w.message)]

@@ -125,14 +125,16 @@ class DataRootError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class FolderLayout:
-    """A checked ``root/{train,val[,test]}/<class>/<images>`` folder: its classes (train/'s), splits, channels
-    (``in_chans`` or, when None, decided from a sample of the images) and the image reader to use."""
+    """A checked ``root/{train,val[,test]}/<class>/<images>`` folder: its classes (train/'s), splits, the channels
+    its images are read in (``in_chans`` or, when None, those of the images), the channels a sample of the images
+    has (1: gray; what the recipe reads the kind of images from, whatever they are read in) and the image reader."""
 
     root: Path
     classes: list[str]
     splits: list[str]
     in_chans: int
     loader: ImageLoader
+    image_channels: int
 
     @classmethod
     def read(cls, root: Path, in_chans: int | None) -> FolderLayout:
@@ -161,8 +163,10 @@ class FolderLayout:
                     f"{', ...' if len(lacking) > 5 else ''}): its accuracy says nothing of them; add {split} images "
                     "of every class for a fair score"
                 )
-        chans = in_chans if in_chans is not None else _sampled_channels(root, splits)
-        return cls(root, classes, splits, chans, ImageLoader("L" if chans == 1 else "RGB", strict=in_chans is None))
+        sampled = _sampled_channels(root, splits)
+        chans = in_chans if in_chans is not None else sampled
+        loader = ImageLoader("L" if chans == 1 else "RGB", strict=in_chans is None)
+        return cls(root, classes, splits, chans, loader, sampled)
 
     @cached_property
     def split_sizes(self) -> dict[str, int]:
@@ -238,7 +242,9 @@ class ImageFolderDataModule(ImageDataModule):
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
         if None in chosen or "auto" in chosen:  # what is left open is chosen from the folder
-            survey = survey_folder(layout.samples("train"), layout.classes, layout.split_sizes["val"], layout.in_chans)
+            survey = survey_folder(
+                layout.samples("train"), layout.classes, layout.split_sizes["val"], layout.image_channels
+            )
             self.recipe = choose_recipe(survey)
         if class_weights not in (None, "auto") and not isinstance(class_weights, list):
             raise ValueError(f"class_weights must be 'auto', null or a list of numbers, got {class_weights!r}")

@@ -41,9 +41,9 @@ SAMPLED_HEADERS = 256  # training images whose size is read to find the folder's
 
 @dataclass(frozen=True)
 class FolderSurvey:
-    """What a folder holds: training and validation images, each class's count of training images, channels,
-    and the median shorter side of a sample of its images (and whether the sample's sizes differ; where they do
-    not, their size as width and height)."""
+    """What a folder holds: training and validation images, each class's count of training images, the channels
+    of its images (1: gray, whatever channels a run reads them in), and the median shorter side of a sample of its
+    images (and whether the sample's sizes differ; where they do not, their size as width and height)."""
 
     train_images: int
     val_images: int
