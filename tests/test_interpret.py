@@ -628,3 +628,29 @@ def test_a_checkpoint_file_given_as_the_model_is_one_line_with_the_flags_that_ev
         assert stopped.value.code == 2 and len(error.splitlines()) == 1, error
         assert error.startswith("crate-interpret: error: ") and said in error, error
         assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_cct2_3x2_32"])
+def test_the_attention_maps_are_the_class_token_s_or_what_each_patch_receives_and_say_which(
+    name: str,
+) -> None:
+    """With a class token, its row of the last layer's maps over the patches; with sequence pooling (no class
+    token), each patch's column averaged over the queries, computed here from the traced maps in float64; the
+    figure's title names which of the two it shows."""
+    from crate.interpret import plots
+    from crate.interpret.evaluate import attention_shown, class_attention
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=10).eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        traces = trace_model(model, images)
+    maps = traces[-1].attention.to(torch.float64).numpy()  # (B, K, N, N) over every token
+    prefix = model.num_prefix_tokens
+    expected = maps[:, :, 0, prefix:] if prefix else maps.mean(axis=2)
+    shown = class_attention(traces[-1:], prefix)[0]
+    np.testing.assert_allclose(shown.to(torch.float64).numpy(), expected, rtol=1e-6, atol=1e-9)
+    title = attention_shown(prefix)
+    assert (title == "class-token attention") == bool(prefix)
+    figure = plots.attention_figure(name, list(images), shown.float(), model.patch_embed.grid_size, 0, title)
+    assert figure._suptitle.get_text().startswith(f"{name}: {title}, layer 0")

@@ -129,6 +129,11 @@ def operator_geometry(model: nn.Module, traces: list[BlockTrace]) -> dict[str, A
     return result
 
 
+def attention_shown(prefix: int) -> str:
+    """What :func:`class_attention` gives a model with ``prefix`` tokens before its patches, in words."""
+    return "class-token attention" if prefix else "attention each patch receives (mean over the queries)"
+
+
 def class_attention(traces: list[BlockTrace], prefix: int) -> list[torch.Tensor]:
     """Per layer, the class token's attention over the patches: (B, K, N_patches); for a model without a class
     token (``prefix`` 0: sequence or mean pooling), the attention the patches receive, averaged over queries."""

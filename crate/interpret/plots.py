@@ -281,9 +281,14 @@ def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
 
 
 def segmentation_figure(
-    label: str, images: torch.Tensor, foreground: torch.Tensor, kept: torch.Tensor, grid: tuple[int, int]
+    label: str,
+    images: torch.Tensor,
+    foreground: torch.Tensor,
+    kept: torch.Tensor,
+    grid: tuple[int, int],
+    what: str = "class-token attention",
 ) -> Figure:
-    """Rows: images; columns: the image, its foreground patches, then each head's kept patches."""
+    """Rows: images; columns: the image, its foreground patches, then each head's kept patches (of ``what``)."""
     rows, heads = kept.shape[:2]
     figure = Figure(figsize=(1.5 * (heads + 2), 1.5 * rows), layout="constrained")
     axes = figure.subplots(rows, heads + 2, squeeze=False)
@@ -298,7 +303,7 @@ def segmentation_figure(
     axes[0, 1].set_title("foreground", fontsize=8)
     for axis in axes.flat:
         axis.set_axis_off()
-    figure.suptitle(f"{label}: class-token attention holding 60% of the mass, last layer", fontsize=9)
+    figure.suptitle(f"{label}: {what} holding 60% of the mass, last layer", fontsize=9)
     return figure
 
 
@@ -350,9 +355,15 @@ def _display(image: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def attention_figure(
-    label: str, images: list, cls_attention: torch.Tensor, grid: tuple[int, int], layer: int
+    label: str,
+    images: list,
+    cls_attention: torch.Tensor,
+    grid: tuple[int, int],
+    layer: int,
+    what: str = "class-token attention",
 ) -> Figure:
-    """Rows: images; columns: the image, then each head's class-token attention over patches, overlaid."""
+    """Rows: images; columns: the image, then each head's class-token attention over patches (``what``: what
+    the maps are, for a model without a class token), overlaid."""
     rows, heads = cls_attention.shape[:2]
     top = float(cls_attention.max())
     figure = Figure(figsize=(1.6 * (heads + 1) + 1.2, 1.6 * rows), layout="constrained")
@@ -371,7 +382,7 @@ def attention_figure(
     for axis in axes.flat:
         axis.set_axis_off()
     figure.colorbar(shown, ax=axes, shrink=0.6, label="attention weight of the patch")
-    figure.suptitle(f"{label}: class-token attention, layer {layer} (one colour scale for all)", fontsize=9)
+    figure.suptitle(f"{label}: {what}, layer {layer} (one colour scale for all)", fontsize=9)
     return figure
 
 

@@ -30,7 +30,7 @@ from .compression_table import (
     compression_verdict,
     representatives_table,
 )
-from .evaluate import class_attention, evaluate_model
+from .evaluate import attention_shown, class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
 from .objective_table import objective_table
 from .segmentation import attention_masks, foreground_patches
@@ -81,7 +81,8 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
             with torch.no_grad():
                 cls = _last_class_attention(model, inputs).float()
             name = f"attention_{source}_{tag}.png"
-            plots.save(plots.attention_figure(label, shown, cls, grid, layer), out / name)
+            figure = plots.attention_figure(label, shown, cls, grid, layer, attention_shown(model.num_prefix_tokens))
+            plots.save(figure, out / name)
             files.append(name)
         name = f"pca_{source}_{tag}.png"
         plots.save(plots.pca_figure(label, shown, pca), out / name)
@@ -100,7 +101,10 @@ def _pictures(model: nn.Module, label: str, data: EvalData, out: Path, tag: str,
         foreground = foreground_patches(data.val_masks[:count], tuple(model.patch_embed.patch_size))
         kept = attention_masks(_last_class_attention(model, images))
         name = f"segmentation_{tag}.png"
-        plots.save(plots.segmentation_figure(label, images, foreground, kept, grid), out / name)
+        figure = plots.segmentation_figure(
+            label, images, foreground, kept, grid, attention_shown(model.num_prefix_tokens)
+        )
+        plots.save(figure, out / name)
         files.append(name)
     return files
 
@@ -379,8 +383,10 @@ HOW_MEASURED = (
     " from S. Where query and key are one projection (CRATE), J S J is symmetric PSD for any weights:"
     " those two rows are 0 by construction and are not findings. Effective rank and agreement with the"
     " kernel's top eigenvectors can differ between models; the agreement's chance level is p/(N-1).",
-    "- Segmentation: per head, the patches holding 60% of the class token's attention against the"
-    " foreground patches (at least half their pixels foreground); chance: random patch sets of the same size.",
+    "- Segmentation: per head, the patches holding 60% of the class token's attention (for a model without"
+    " one, such as the sequence-pooling members, of the attention each patch receives, averaged over the"
+    " queries) against the foreground patches (at least half their pixels foreground); chance: random patch"
+    " sets of the same size.",
     "- Coherence: mean over head pairs of the largest cosine between their subspaces, next to Gaussian"
     " subspaces of the same shape.",
 )
@@ -404,7 +410,8 @@ SEEDS_TEXT = (
 PROBE_TEXT = (
     "How linearly separable the classes are in each layer's mean-pooled tokens: a logistic regression on a"
     " sample of training images' mean token per layer, scored on a sample of validation images. It can sit"
-    " below the model's own accuracy: the model's head reads the class token after the final norm and was"
+    " below the model's own accuracy: the model's head reads its pooled token (the class token, or the"
+    " sequence pooling's weighted mean) after the final norm and was"
     " trained on every training image with augmentation, the probe reads the mean of the tokens and sees a"
     " sample. The dotted line is chance, 1 / classes."
 )
@@ -479,7 +486,8 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
             parts.append(f"![{name}]({name})")
         parts += [
             "",
-            "Bright patches are where the class token looks, per head, in the last layer; PCA colours"
+            "Bright patches are where the class token looks (without one: the patches the others attend to),"
+            " per head, in the last layer; PCA colours"
             " group patches whose features agree; the heatmaps show how much heads' subspaces overlap"
             " (0 orthogonal, 1 shared direction).",
         ]
