@@ -205,3 +205,26 @@ def test_a_run_from_pretrained_weights_takes_their_input_size_and_channels_unles
         resampled = [w for w in caught if "was trained with img_size=32" in str(w.message)]
         assert bool(resampled) == (given is not None)  # a resampling is warned of
         assert not [w for w in caught if "was trained with in_chans" in str(w.message)]  # nothing folded
+
+
+@pytest.mark.parametrize("how", ["pretrained_file", "overlay"])
+def test_a_run_from_a_file_takes_the_file_s_size_and_channels_whichever_way_it_is_given(how: str) -> None:
+    """``--model.pretrained_file F`` and timm's ``pretrained_cfg_overlay: {file: F}`` start from the same file: a
+    folder run with its size and channels open takes the file's (the digits file: 32 px, gray), not the
+    architecture's default cfg (3 channels)."""
+    from jsonargparse import Namespace
+
+    from crate.lit.cli import start_as_trained
+    from crate.models import read_checkpoint
+
+    shipped = str(REPO / "checkpoints" / "crate_nano_patch4_32.digits.safetensors")
+    held = read_checkpoint(shipped)
+    model = Namespace(model_name="crate_nano_patch4_32", pretrained_file=None, model_kwargs={})
+    if how == "pretrained_file":
+        model.pretrained_file = shipped
+    else:
+        model.model_kwargs = {"pretrained": True, "pretrained_cfg_overlay": {"file": shipped}}
+    data = Namespace(class_path="crate.lit.ImageFolderDataModule", init_args=Namespace(img_size=None, in_chans=None))
+    said = start_as_trained(Namespace(data=data, model=model))
+    assert (data.init_args.img_size, data.init_args.in_chans) == (held.img_size(), held.in_chans()) == (32, 1)
+    assert said.startswith(" (input 32, gray: as ") and said.endswith(f"{shipped} was trained)")

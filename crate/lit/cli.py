@@ -320,11 +320,14 @@ def start_as_trained(config: Any) -> str:
     if not open_settings or not _is_folder_module(data.get("class_path")):
         return ""
     kwargs = model.get("model_kwargs") or {}
-    if model.get("pretrained_file"):
-        checkpoint = read_checkpoint(model["pretrained_file"])
+    overlay = kwargs.get("pretrained_cfg_overlay") if kwargs.get("pretrained") else None
+    overlay_file = overlay.get("file") if hasattr(overlay, "get") else None
+    if model.get("pretrained_file") or overlay_file:
+        file = model.get("pretrained_file") or overlay_file
+        checkpoint = read_checkpoint(file)
         cfg = timm.models.get_pretrained_cfg(model.get("model_name") or "")
         trained = {"img_size": checkpoint.img_size(), "in_chans": checkpoint.in_chans(None, _first_conv(cfg))}
-        source = f"--model.pretrained_file {model['pretrained_file']}"
+        source = f"--model.pretrained_file {file}" if model.get("pretrained_file") else f"the overlay's file {file}"
     elif kwargs.get("pretrained") and (cfg := timm.models.get_pretrained_cfg(model.get("model_name") or "")):
         trained = {"img_size": cfg.input_size[-1], "in_chans": cfg.input_size[0]}
         source = f"the pretrained {model['model_name']}"
