@@ -654,3 +654,22 @@ def test_the_attention_maps_are_the_class_token_s_or_what_each_patch_receives_an
     assert (title == "class-token attention") == bool(prefix)
     figure = plots.attention_figure(name, list(images), shown.float(), model.patch_embed.grid_size, 0, title)
     assert figure._suptitle.get_text().startswith(f"{name}: {title}, layer 0")
+
+
+def test_an_encoder_without_a_head_is_reported_without_an_accuracy(tmp_path: Path, capsys) -> None:
+    """A checkpoint with no classifier (a self-supervised encoder) gets its report and the closing line says
+    its accuracy is not defined (it ended in a traceback once the report was written)."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    encoder = timm.create_model("crate_nano_patch4_32", num_classes=0, in_chans=1)
+    save_file(encoder.state_dict(), tmp_path / "encoder.safetensors")
+    out = tmp_path / "report"
+    main(
+        ["--model", "crate_nano_patch4_32", "--checkpoint", str(tmp_path / "encoder.safetensors"), "--data", "digits"]
+        + ["--out", str(out), "--probe-images", "16", "--sample-images", "100", "--images", "1"]
+    )
+    assert "crate_nano_patch4_32: val accuracy n/a (no head)" in capsys.readouterr().out.splitlines()
+    assert json.loads((out / "metrics.json").read_text())["crate_nano_patch4_32"]["val_accuracy"] is None
+    assert "| validation accuracy | n/a (no head) |" in (out / "report.md").read_text()
+

@@ -181,8 +181,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"crate-interpret: error: {err}\n")
     for label, result in results.items():
         accuracy = result["val_accuracy"]
-        scored = f"{accuracy:.4f} on {result['val_images']} images of {result['data']}"
-        print(f"{label}: val accuracy " + ("n/a (no head)" if accuracy is None else scored))
+        scored = (
+            "n/a (no head)"
+            if accuracy is None
+            else f"{accuracy:.4f} on {result['val_images']} images of {result['data']}"
+        )
+        print(f"{label}: val accuracy {scored}")
     print(f"wrote {args.out}/report.md, metrics.json and figures")
 
 
