@@ -673,3 +673,38 @@ def test_an_encoder_without_a_head_is_reported_without_an_accuracy(tmp_path: Pat
     assert json.loads((out / "metrics.json").read_text())["crate_nano_patch4_32"]["val_accuracy"] is None
     assert "| validation accuracy | n/a (no head) |" in (out / "report.md").read_text()
 
+
+@pytest.mark.parametrize("long_labels", [False, True], ids=["as_committed", "long_labels"])
+def test_every_panel_and_legend_of_the_summary_figures_fits_in_the_figure(long_labels: bool) -> None:
+    """The layer-wise, lenses, seeds and probe figures of the committed three-model CIFAR-10 report (and the
+    same with hub-folder-long labels): every panel keeps at least 1.5 inches a side and every legend lies inside
+    the figure (the lenses' five panel legends once squeezed their panels to a tenth of an inch, and the probe's
+    and seeds' legends ran off the image)."""
+    import warnings
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from crate.interpret import plots
+
+    results = json.loads((REPO / "docs" / "interpret_cifar10" / "metrics.json").read_text())
+    if long_labels:
+        results = {f"local-dir:/home/someone/hub-folders/exports/{label}": r for label, r in results.items()}
+    for draw in (plots.layerwise_figure, plots.lenses_figure, plots.seeds_figure, plots.probe_figure):
+        figure = draw(results)
+        FigureCanvasAgg(figure)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed"
+            figure.canvas.draw()
+        width, height = figure.get_size_inches()
+        for axis in figure.axes:
+            if axis.axison:
+                box = axis.get_position()
+                assert min(box.width * width, box.height * height) >= 1.5, (draw.__name__, axis.get_title())
+        renderer = figure.canvas.get_renderer()
+        legends = list(figure.legends) + [s for sub in figure.subfigs for s in sub.legends]
+        legends += [axis.get_legend() for axis in figure.axes if axis.get_legend() is not None]
+        assert legends, draw.__name__
+        for legend in legends:
+            extent = legend.get_window_extent(renderer)
+            inside = figure.bbox.x0 - 1 <= extent.x0 and extent.x1 <= figure.bbox.x1 + 1
+            assert inside and figure.bbox.y0 - 1 <= extent.y0 and extent.y1 <= figure.bbox.y1 + 1, draw.__name__

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from crate.metrics.controls import full_step
@@ -57,6 +59,38 @@ def _layer_axis(axis: Any, title: str, ylabel: str = "", **settings: Any) -> Non
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+
+
+LEGEND_FONT_SIZE = 8
+_LEGEND_KEY_WIDTH = 0.75  # inches a legend column takes beside its text: the line sample and the padding
+
+
+def _legend_below(figure: Figure | SubFigure, axes: Any) -> int:
+    """One legend under the panels ``axes`` share, in as many columns as the figure's width holds (each as wide
+    as the longest label, measured in the legend's font), in place of the panels' own legends; labels that
+    repeat are listed once. Returns the legend's number of rows (0: nothing to list)."""
+    entries: dict[str, Any] = {}
+    for axis in axes:
+        if axis.get_legend() is not None:
+            axis.get_legend().remove()
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if not entries:
+        return 0
+    font = FontProperties(size=LEGEND_FONT_SIZE)
+    widest = max(TextToPath().get_text_width_height_descent(label, font, ismath=False)[0] for label in entries) / 72
+    width = figure.get_figure(root=True).get_figwidth()
+    columns = max(1, min(len(entries), int(0.95 * width // (widest + _LEGEND_KEY_WIDTH))))
+    figure.legend(
+        list(entries.values()), list(entries), loc="outside lower center", ncol=columns,
+        fontsize=LEGEND_FONT_SIZE, frameon=False,
+    )  # fmt: skip
+    return -(-len(entries) // columns)
+
+
+def _grow_for_legend(figure: Figure, rows: int) -> None:
+    """Make ``figure`` taller by the height of a legend of ``rows`` rows below it, so its panels keep theirs."""
+    figure.set_figheight(figure.get_figheight() + rows * 1.6 * LEGEND_FONT_SIZE / 72)
 
 
 def _values(values: list | None) -> np.ndarray:
@@ -174,16 +208,7 @@ def layerwise_figure(results: dict[str, dict[str, Any]]) -> Figure:
     for axis, (_, _, title) in zip(top, panels, strict=False):
         _layer_axis(axis, title, "R^c (nats)")
     _layer_axis(top[3], "fraction of exact zeros", "share of zeros", ylim=(-0.02, 1))
-    handles, labels = [], []
-    for axis in (top[0], top[3]):  # one legend for the row, below it: the four panels share their curves
-        if axis.get_legend() is not None:
-            axis.get_legend().remove()
-        more_handles, more_labels = axis.get_legend_handles_labels()
-        handles, labels = handles + more_handles, labels + more_labels
-    upper.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
-    for axis in top[1:3]:
-        if axis.get_legend() is not None:
-            axis.get_legend().remove()
+    _legend_below(upper, top)  # one legend for the row: the four panels share their curves
     rows = lower.subplots(2, models, squeeze=False)
     for axis, (label, result) in zip(rows[0], results.items(), strict=True):
         _controls_panel(axis, label, result)
@@ -227,6 +252,7 @@ def lenses_figure(results: dict[str, dict[str, Any]]) -> Figure:
     ylabels = ("effective rank", "share of A", "redundancy", "entropy (nats)", "mass")
     for axis, title, ylabel in zip(axes, titles, ylabels, strict=True):
         _layer_axis(axis, title, ylabel)
+    _grow_for_legend(figure, _legend_below(figure, axes))  # the five panels share their curves
     return figure
 
 
@@ -275,8 +301,8 @@ def seeds_figure(results: dict[str, dict[str, Any]]) -> Figure:
     axes[1].set_xticks(kept)
     axes[1].xaxis.set_major_formatter(ScalarFormatter())
     axes[1].xaxis.set_minor_formatter(NullFormatter())
-    axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    _grow_for_legend(figure, _legend_below(figure, axes[:1]))  # the models, under both panels
     return figure
 
 
@@ -326,6 +352,7 @@ def probe_figure(results: dict[str, dict[str, Any]]) -> Figure:
     for count in sorted(classes):
         axis.axhline(1 / count, color="gray", linestyle=":", label=f"chance, {count} classes: {1 / count:.2f}")
     _layer_axis(axis, "linear probe accuracy per layer", "accuracy", ylim=(0, 1.02))
+    _grow_for_legend(figure, _legend_below(figure, [axis]))
     return figure
 
 
