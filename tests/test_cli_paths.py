@@ -209,6 +209,30 @@ def test_a_fast_dev_run_writes_no_checkpoint_and_names_none(tmp_path: Path, monk
     assert "last checkpoint" not in caplog.text
 
 
+def test_trainer_default_root_dir_is_where_the_runs_go_unless_log_root_says_otherwise(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Lightning's --trainer.default_root_dir is the folder of its runs; the zoo's loggers write under --log_root
+    (default ./logs), which took the run there instead, without a word. Both given as two folders: one line."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "runs"
+    fast = [*QUICK, *QUIET, "--baseline.enabled", "false"]
+    _ok(run_in_process("fit", "--config", DEFAULT, *fast, "--trainer.default_root_dir", str(root)))
+    run = root / "crate_nano_digits" / "version_0"
+    assert (run / "checkpoints" / "last.ckpt").exists() and (run / "metrics.csv").exists()
+    assert not (tmp_path / "logs").exists()
+    _ok(
+        run_in_process(
+            "validate", "--config", DEFAULT, *QUIET, "--trainer.default_root_dir", str(root), "--ckpt_path", "last"
+        )
+    )
+    assert (run / "config.validate.yaml").exists()  # --ckpt_path last was found under the same root
+    proc = run_in_process("fit", "--config", DEFAULT, *fast, "--trainer.default_root_dir", str(root), "--log_root", "x")
+    assert proc.returncode == 2 and not (tmp_path / "x").exists()
+    assert f"--trainer.default_root_dir {root} and --log_root x name two folders for the runs" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
     proc = run_in_process("fit", "--config", DEFAULT, "--model.lrr", "0.1", "--log_root", str(tmp_path))
     assert proc.returncode == 2

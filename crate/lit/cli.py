@@ -47,6 +47,7 @@ from .wall_clock import WallClock
 __all__ = ["CrateCLI", "cli_main", "run_loggers"]
 
 
+LOG_ROOT = "logs"  # the folder of the runs when neither --log_root nor --trainer.default_root_dir is given
 SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
 SIGINT_EXIT = 128 + 2  # and by Ctrl-C (SIGINT)
 
@@ -108,7 +109,10 @@ class CrateCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_name", type=str, default="run", help="Name of the run's log folder.")
-        parser.add_argument("--log_root", type=str, default="logs", help="Folder that holds all runs.")
+        parser.add_argument(
+            "--log_root", type=str, default=LOG_ROOT, help="Folder that holds all runs (default: "
+            "--trainer.default_root_dir where given, else logs)."
+        )  # fmt: skip
         # Two checkpoint callbacks: the best by val/acc, and the latest state (last.ckpt links to it).
         # Lightning's save_last refreshes last.ckpt only when a top-k file is written, so with a monitor
         # it would stay at the best epoch; the second callback keeps it current for --ckpt_path last.
@@ -147,6 +151,10 @@ class CrateCLI(LightningCLI):
             parser.link_arguments("data.class_weights", "model.class_weights", apply_on="instantiate")
         parser.add_lightning_class_args(ClassicalBaseline, "baseline")
         parser.add_lightning_class_args(WeightSnapshots, "snapshots")
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        take_default_root_dir(self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config)
 
     # Lightning 2.6: LightningCLI reads --ckpt_path in this private hook, where it also loads the checkpoint's
     # hyper-parameters over the config's; the override keeps the config's and refuses another model's file
@@ -373,6 +381,22 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
             "the folder "
             "unless set (--data.img_size, --data.batch_size, --data.augmentation.*, --data.class_weights, "
             "--trainer.max_epochs)"
+        )
+
+
+def take_default_root_dir(config: Any) -> None:
+    """Lightning's ``--trainer.default_root_dir`` as the folder of the runs where ``--log_root`` was left at its
+    default: Lightning writes its own logger's runs there, and the zoo's loggers write under ``--log_root``, so it
+    was otherwise ignored (the runs went to ./logs). The two given as different folders are refused."""
+    root = (config.get("trainer") or {}).get("default_root_dir")
+    if root is None:
+        return
+    if config["log_root"] == LOG_ROOT:
+        config["log_root"] = str(root)
+    elif Path(config["log_root"]) != Path(root):
+        raise ConfigError(
+            f"--trainer.default_root_dir {root} and --log_root {config['log_root']} name two folders for the runs: "
+            "give one of them (the runs go to ROOT/run_name/version_N)"
         )
 
 
