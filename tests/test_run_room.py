@@ -169,5 +169,7 @@ def test_a_file_written_mid_epoch_counts_its_full_epochs_and_the_batches_of_the_
     best = Run.open(next(folder.glob("best-*.ckpt")))  # written at an epoch's end
     assert best.batches_into_epoch == 0 and best.epochs == best.record.global_step // per_epoch
     card = {"epochs": 1, "batches_into_epoch": 4, "global_step": 10, "planned_steps": 10}
-    assert _trained_line(card) == "1 epochs and 4 batches of the next, 10 optimizer steps"
-    assert _trained_line(dict(card, batches_into_epoch=0)) == "1 epochs, 10 optimizer steps"
+    assert _trained_line(card) == "1 epoch and 4 batches of the next, 10 optimizer steps"
+    assert _trained_line(dict(card, batches_into_epoch=0)) == "1 epoch, 10 optimizer steps"
+    one_step = {"epochs": 2, "batches_into_epoch": 1, "global_step": 1, "planned_steps": 1}
+    assert _trained_line(one_step) == "2 epochs and 1 batch of the next, 1 optimizer step"
