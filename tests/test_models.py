@@ -90,8 +90,10 @@ def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
     model = timm.create_model(name, num_classes=10, in_chans=1)
     with pytest.raises(AssertionError, match=r"built for 32x32 images but got 28x28.*resize"):
         model(torch.randn(1, 1, 28, 28))
-    with pytest.raises(AssertionError, match=r"built for 1-channel images but got 3 channels.*in_chans=3"):
+    with pytest.raises(AssertionError, match=r"built for 1-channel images but got 3-channel ones.*in_chans=3"):
         model(torch.randn(1, 3, 32, 32))
+    with pytest.raises(AssertionError, match=r"got a 3-dimensional tensor \(one image: x.unsqueeze\(0\)\)"):
+        model(torch.randn(1, 32, 32))
 
 
 def test_unknown_model_name_gets_a_clear_error() -> None:

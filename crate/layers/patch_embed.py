@@ -28,11 +28,15 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
     models stay TorchScript-scriptable, FX-traceable and ``torch.export``-able; a failed check raises an
     ``AssertionError`` (a ``torch.jit.Error`` that names it under TorchScript).
     """
-    _assert(x.dim() == 4, "expected a batch of images of shape (B, C, H, W)")
+    _assert(
+        x.dim() == 4,
+        f"expected a batch of images of shape (B, C, H, W), got a {x.dim()}-dimensional tensor "
+        "(one image: x.unsqueeze(0))",
+    )
     _assert(
         x.shape[1] == in_chans,
-        f"the model was built for {in_chans}-channel images but got {x.shape[1]} channels; "
-        f"build it with in_chans={x.shape[1]} or convert the images to {in_chans} channels",
+        f"the model was built for {in_chans}-channel images but got {x.shape[1]}-channel ones; "
+        f"convert the images to {in_chans}-channel ones or build the model with in_chans={x.shape[1]}",
     )
     if img_size is not None:
         message = (
