@@ -409,8 +409,9 @@ SEEDS_TEXT = (
 )
 PROBE_TEXT = (
     "How linearly separable the classes are in each layer's mean-pooled tokens: a logistic regression on a"
-    " sample of training images' mean token per layer, scored on a sample of validation images. It can sit"
-    " below the model's own accuracy: the model's head reads its pooled token (the class token, or the"
+    " sample of training images' mean token per layer, scored on a sample of validation images. Where the"
+    " model has a classifier, the probe can sit below its accuracy: the head reads its pooled token (the class"
+    " token, or the"
     " sequence pooling's weighted mean) after the final norm and was"
     " trained on every training image with augmentation, the probe reads the mean of the tokens and sees a"
     " sample. The dotted line is chance, 1 / classes."
