@@ -76,6 +76,11 @@ def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
         match=r"lacks .*train.*val.*: the data root must be a folder holding train/<class>/<images> and val/",
     ):
         ImageFolderDataModule(str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError) as refused:
+        ImageFolderDataModule(str(tmp_path / "nowhere"))
+    assert "make cifar10-data" not in str(refused.value)
+    with pytest.raises(FileNotFoundError, match=r"val/<class>/<images> \(CIFAR-10's: make cifar10-data writes data/"):
+        ImageFolderDataModule(str(tmp_path / "data" / "cifar10"))  # the CIFAR-10 recipes' root, not yet written
 
 
 def test_a_class_only_a_held_out_split_has_is_named_with_what_to_do(tmp_path: Path) -> None:

@@ -142,9 +142,10 @@ class FolderLayout:
             raise ValueError(f"in_chans must be 1, 3 or None (decided from the images), got {in_chans}")
         missing = [str(root / split) for split in ("train", "val") if not (root / split).is_dir()]
         if missing:
+            cifar10 = " (CIFAR-10's: make cifar10-data writes data/cifar10)" if root.name == "cifar10" else ""
             raise DataRootError(
                 f"ImageFolder root {root} lacks {', '.join(missing)}: the data root must be a folder holding "
-                "train/<class>/<images> and val/<class>/<images>"
+                f"train/<class>/<images> and val/<class>/<images>{cifar10}"
             )
         classes = _class_names(root / "train")
         if not classes:
