@@ -334,7 +334,7 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
     text = (report / "report.md").read_text()
     pngs = sorted(report.glob("*.png"))
     assert len(pngs) == 4 + 3 * 6  # three models
-    expected_sizes = {
+    expected_sizes = {  # width and the panels' height; the figures with a legend below grow by its rows
         "layerwise.png": (1920, 1550),  # four panels on top; below, each model beside its controls, full step and slope
         "lenses.png": (1900, 460),
         "seeds.png": (1300, 460),
@@ -347,7 +347,8 @@ def test_report_files_exist_and_every_png_is_an_image(report: Path) -> None:
         with Image.open(png) as image:
             assert image.format == "PNG" and min(image.size) >= 100
             if png.name in expected_sizes:
-                assert image.size == expected_sizes[png.name]
+                width, height = expected_sizes[png.name]
+                assert image.size[0] == width and height <= image.size[1] <= height + 200, png.name
     assert "0 by construction" in text  # CRATE's symmetric PSD kernel is not presented as a finding
     controls = ("random init", "update negated", "shared null", "i.i.d. null", "theory step", "uniform map")
     for control in (*controls, "(random init)", "beyond the shared-vector null"):
