@@ -7,6 +7,7 @@ from typing import Any
 
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
 from crate.run import UNKNOWN_RUN_SETTING
+from crate.wording import counted
 
 __all__ = ["UNKNOWN_RUN_SETTING", "card_markdown", "hub_card"]
 
@@ -29,19 +30,14 @@ images) and a logistic-regression probe on the standardised features, beside its
 """
 
 
-def _count(number: int, noun: str, plural: str | None = None) -> str:
-    """``number`` and ``noun``, in its plural (``noun`` + s unless given) unless it is one ("1 epoch", "2 epochs")."""
-    return f"{number} {noun if number == 1 else plural or noun + 's'}"
-
-
 def _trained_line(card: dict[str, Any]) -> str:
     """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps; where the run
     stopped before the steps its schedule planned, it says so (the learning rate had not finished its decay: not
     the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
     partial = card.get("batches_into_epoch") or 0
-    next_epoch = f" and {_count(partial, 'batch', 'batches')} of the next" if partial else ""
-    line = f"{_count(card['epochs'], 'epoch')}{next_epoch}, {_count(done, 'optimizer step')}"
+    next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
+    line = f"{counted(card['epochs'], 'epoch')}{next_epoch}, {counted(done, 'optimizer step')}"
     if planned and done < planned:
         line += (
             f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "

@@ -12,6 +12,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from crate.wording import counted
+
 __all__ = ["RunSummary"]
 
 
@@ -57,10 +59,6 @@ def _noise(last: float, baseline: dict[str, Any]) -> str:
     noise = 2 * math.sqrt(2 * p * (1 - p) / images)  # two standard errors of a difference of two accuracies
     said = "within noise" if abs(last - best) <= noise else "beyond noise"
     return f"; {apart:+d} images of {images:,} against the better baseline, {said}"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _relative(path: str | Path | None) -> str:
@@ -196,7 +194,7 @@ class RunSummary(Callback):
         session = time.perf_counter() - self._fit_start
         resumed = f" ({_duration(session)} since the resume)" if self._carried_s else ""
         lines = [
-            f"fit ended after {_count(trainer.current_epoch, 'epoch')}, {_count(trainer.global_step, 'step')}, "
+            f"fit ended after {counted(trainer.current_epoch, 'epoch')}, {counted(trainer.global_step, 'step')}, "
             f"{_duration(self.elapsed())}{resumed}"
         ]
         if trainer.log_dir:
@@ -204,7 +202,7 @@ class RunSummary(Callback):
         if not self._trained:  # a resume whose checkpoint had already reached max_epochs / max_steps
             by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
             limit = "max_steps" if by_steps else "max_epochs"
-            done = _count(trainer.global_step, "step") if by_steps else _count(trainer.current_epoch, "epoch")
+            done = counted(trainer.global_step, "step") if by_steps else counted(trainer.current_epoch, "epoch")
             lines.append(
                 f"  nothing trained  the checkpoint had already trained {done} of --trainer.{limit} "
                 f"{getattr(trainer, limit)}; raise --trainer.{limit} to train on"

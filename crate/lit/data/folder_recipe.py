@@ -26,6 +26,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from crate.wording import counted
+
 from .augmentation import SMALL_IMAGE, Augmentation
 from .base import DataError
 
@@ -127,7 +129,7 @@ class FolderRecipe:
             augment += ", no flips (read as characters; objects: " + GLYPH_FLIP_HINT + ")"
         else:
             augment += ", no flips"
-        epochs = f"{max_epochs} epoch{'s' * (max_epochs != 1)}" if max_epochs is not None else "epochs as set"
+        epochs = counted(max_epochs, "epoch") if max_epochs is not None else "epochs as set"
         text = (
             f"{survey.train_images:,} {kind} images of {sizes} in {len(survey.class_counts)} classes "
             f"({survey.val_images:,} to validate): input {img_size}, {augment}, batch {batch_size}, {epochs}"
