@@ -316,8 +316,8 @@ def refuse_file_as_model_name(model_name: Any) -> None:
 
 
 def start_as_trained(config: Any) -> str:
-    """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, or a pretrained tag)
-    and leaves the input size or channels open takes those the weights were trained at, as timm fine-tunes a
+    """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, a pretrained tag, or
+    ``model_kwargs``' ``pretrained_cfg_overlay`` file) and leaves the input size or channels open takes those the weights were trained at, as timm fine-tunes a
     pretrained model at its own input size and reads every image in its channels (gray replicated to RGB, colour
     to gray), instead of the folder's image side and channels (which would resample the position embedding, or
     fold the first layer, of weights that never saw such inputs). Returns what to say of it, or an empty string
