@@ -131,13 +131,14 @@ def test_checkpoint_of_another_architecture_is_a_clear_error(tmp_path: Path) -> 
         ("crate_nano_patch4_32", dict(embed_dim=64), lambda m: f"embed_dim={m.embed_dim}"),
         ("crate_nano_patch4_32", dict(class_token=False, global_pool="avg"), lambda m: "class_token=True"),
         ("crate_nano_patch4_32", dict(global_pool="seq"), lambda m: "global_pool='token' or 'avg'"),
-        ("crate_cct4_3x2_32", dict(global_pool="avg"), lambda m: "global_pool='seq'"),
-        ("vit_cct4_3x2_32", dict(global_pool="avg"), lambda m: "global_pool='seq'"),
+        ("crate_cct4_3x2_32", dict(depth=2), lambda m: f"depth={len(m.blocks)}"),  # read with another pooling: loads
+        ("vit_cct4_3x2_32", dict(depth=2), lambda m: f"depth={len(m.blocks)}"),
     ],
 )
 def test_a_checkpoint_built_with_other_arguments_names_them(tmp_path: Path, saved: str, built: dict, named) -> None:
-    """Building a model name with another depth, width or pooling than its file's is refused, and the error
-    names the argument the file was built with (read off the saved model, not the state dict)."""
+    """Building a model name with another depth, width or class token than its file's (or sequence pooling for
+    a file without it) is refused, and the error names the argument the file was built with (read off the saved
+    model, not the state dict)."""
     model = timm.create_model(saved, num_classes=10)
     torch.save(model.state_dict(), tmp_path / "saved.pth")
     with pytest.raises(CheckpointError, match="does not fit") as raised:
@@ -243,3 +244,38 @@ def test_a_class_token_file_read_with_average_pooling_and_its_head_is_said_to_be
         _load(name, tmp_path / "token.pth", num_classes=3, global_pool="avg", overlay=dict(num_classes=10))
     with torch.no_grad():
         assert _max_diff(own(x), trained(x)) == 0.0
+
+
+@pytest.mark.parametrize("name", ["crate_cct4_3x2_32", "vit_cct4_3x2_32"])
+def test_a_sequence_pooling_file_read_with_another_pooling_is_that_pooling_of_its_tokens(
+    tmp_path: Path, name: str
+) -> None:
+    """timm's idiom for features, ``num_classes=0, global_pool='avg'`` (or ``''``: every token), on a
+    sequence-pooling file: its pooling weights are left out and the model is the file's encoder with the pooling
+    asked for (the mean of its last tokens with the file's norm after the mean where the model builds an
+    fc_norm, CRATE's, or before it, the ViT twin's; or its normed tokens; against the trained model's own
+    intermediates); a kept head is said to read other features, a new one is not."""
+    torch.manual_seed(0)
+    trained = perturb_(timm.create_model(name, num_classes=10)).eval()
+    torch.save(trained.state_dict(), tmp_path / "seq.pth")
+    x = torch.randn(2, 3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        averaged = _load(name, tmp_path / "seq.pth", num_classes=0, global_pool="avg", overlay=dict(num_classes=10))
+        tokens = _load(name, tmp_path / "seq.pth", num_classes=0, global_pool="", overlay=dict(num_classes=10))
+    with torch.no_grad():
+        last = trained.forward_intermediates(x, norm=False, output_fmt="NLC", intermediates_only=True)[-1]
+        norm = trained.norm
+        normed = torch.nn.functional.layer_norm(last, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        if isinstance(averaged.fc_norm, torch.nn.Identity):
+            mean = normed.mean(dim=1)
+        else:
+            mean = torch.nn.functional.layer_norm(
+                last.mean(dim=1), norm.normalized_shape, norm.weight, norm.bias, norm.eps
+            )
+        torch.testing.assert_close(averaged(x), mean, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(tokens(x), normed, rtol=1e-5, atol=1e-5)
+    with pytest.warns(UserWarning, match=r"trained on its sequence pooling's weighted mean.*global_pool='avg'"):
+        kept = _load(name, tmp_path / "seq.pth", num_classes=10, global_pool="avg")
+    with torch.no_grad():
+        assert _max_diff(kept(x), trained(x)) > 1e-3

@@ -167,17 +167,32 @@ def _place_final_norm(state_dict: dict[str, torch.Tensor], model: nn.Module) -> 
     return False
 
 
-def _warn_head_reads_other_features(model: nn.Module) -> None:
-    """Said of a file of the zoo's own layout whose ``norm`` normalised every token before pooling (a
-    class-token run) and was moved to the ``fc_norm`` of an average-pooling model: it acts on another vector
-    there, so a model that keeps the file's head predicts other classes than the file's run did. That starts
-    a fine-tuning well, but as the file's classifier it is a wrong model."""
+SEQUENCE_POOLING = ("pool.attention_pool.weight", "pool.attention_pool.bias")  # seq_pool's, or the attn_pool slot's
+
+
+def _drop_other_pooling(state_dict: dict[str, torch.Tensor], model: nn.Module) -> bool:
+    """A sequence-pooling file read into a model built with another pooling (``global_pool='avg'`` or ``''``):
+    the file's pooling weights have no place in it and are left out, as a new head leaves the file's head out.
+    Returns whether they were. A model that pools by sequence pooling keeps the file's (in whichever slot)."""
+    own = model.state_dict()
+    if any(k.endswith(SEQUENCE_POOLING) for k in own):
+        return False
+    pooling = [k for k in state_dict if k.endswith(SEQUENCE_POOLING)]
+    for key in pooling:
+        del state_dict[key]
+    return bool(pooling)
+
+
+def _warn_head_reads_other_features(model: nn.Module, trained_on: str) -> None:
+    """Said of a file of the zoo's own layout whose head was trained on a pooled vector this model does not form
+    (the ``norm`` of a class-token run moved to the ``fc_norm`` of an average-pooling model, or a sequence
+    pooling left out): a model that keeps the file's head predicts other classes than the file's run did. That
+    starts a fine-tuning well, but as the file's classifier it is a wrong model."""
     warnings.warn(
-        f"the checkpoint normalises every token before pooling (its norm), but this {type(model).__name__} was "
-        f"built with global_pool={getattr(model, 'global_pool', 'avg')!r}, which normalises after pooling "
-        "(fc_norm): the checkpoint's head now reads other features, so its predictions are not the "
-        "checkpoint's. Leave global_pool (and fc_norm) out to get the model it was trained as, or fine-tune, "
-        "or give num_classes for a new head.",
+        f"the checkpoint's head was trained on {trained_on}, but this {type(model).__name__} was built with "
+        f"global_pool={getattr(model, 'global_pool', 'avg')!r}: the checkpoint's head now reads other "
+        "features, so its predictions are not the checkpoint's. Leave global_pool (and fc_norm) out to get the "
+        "model it was trained as, or fine-tune, or give num_classes for a new head (num_classes=0: features).",
         stacklevel=3,
     )
 
@@ -342,10 +357,16 @@ def checkpoint_filter_fn(
     if family_filter is not None:
         state_dict = dict(family_filter(state_dict, model))
     _fill_absent_biases(state_dict, model)
+    pooling_dropped = _drop_other_pooling(state_dict, model)
     norm_moved = _place_final_norm(state_dict, model)
     _resample_pos_embed(state_dict, model)
     _adapt_in_chans(state_dict, model)
     _check_fits(state_dict, model)
-    if norm_moved and own_layout and "head.weight" in state_dict and _head_is_kept(model):
-        _warn_head_reads_other_features(model)
+    if own_layout and "head.weight" in state_dict and _head_is_kept(model):
+        if pooling_dropped:
+            _warn_head_reads_other_features(model, "its sequence pooling's weighted mean of the tokens (left out here)")
+        elif norm_moved:
+            _warn_head_reads_other_features(
+                model, "tokens normalised before pooling (its norm; this model normalises after pooling, fc_norm)"
+            )
     return state_dict
