@@ -13,7 +13,7 @@
 # crate_cct_lr2e3_re025_fp32 adds random erasing to it, crate_cct_lr2e3_mix_fp32 Mixup and CutMix,
 # crate_cct_lr2e3_dp01_fp32 stochastic depth 0.1, crate_cct_lr2e3_warm2_fp32 a 2-epoch warm-up instead of 5;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe
-# (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3); crate_cct_lr2e3_policy35 the policy for the first 35 epochs only;
+# (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy for the first 35 epochs only;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
 # crate_cct4_3x2_w152_32. logs/ stays on one machine, so its run
@@ -102,6 +102,8 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     # the same at the learning rate that paid for crate_cct (2e-3); and crate_cct at 2e-3 with the policy for the
     # first 35 of the 50 epochs only (without it: +2.3 val points but overfitting; with it: underfitting)
     crate_alpha_cct_lr2e3) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 ;;
+    crate_alpha_cct_lr2e3_seed1) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
+      --seed_everything 1 --data.init_args.seed 1 ;;
     crate_cct_lr2e3_policy35) cct --model.lr 2e-3 --data.init_args.augmentation.policy_epochs 35 ;;
     # all 45,000 training images, 200 epochs at the learning rate that paid on the subset; resumes where it stopped
     crate_cct_full) cct --model.lr 2e-3 --data.root data/cifar10 --trainer.max_epochs 200 ;;
