@@ -16,7 +16,7 @@
 # (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy for the first 35 epochs only;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
-# crate_cct4_3x2_w152_32. logs/ stays on one machine, so its run
+# crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3. logs/ stays on one machine, so its run
 # folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep [NAME]` (after
 # stopping it with SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and
 # its logs into benchmarks/results/cpu_runs/NAME/ (NAME: crate_cct_full unless given), and the next start
@@ -107,6 +107,8 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     crate_cct_lr2e3_policy35) cct --model.lr 2e-3 --data.init_args.augmentation.policy_epochs 35 ;;
     # all 45,000 training images, 200 epochs at the learning rate that paid on the subset; resumes where it stopped
     crate_cct_full) cct --model.lr 2e-3 --data.root data/cifar10 --trainer.max_epochs 200 ;;
+    crate_alpha_cct_full) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
+      --data.root data/cifar10 --trainer.max_epochs 200 ;;
     crate_cct_w152_full) run "$trial" --model.model_name crate_cct4_3x2_w152_32 --model.lr 2e-3 \
       --data.root data/cifar10 --trainer.max_epochs 200 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
