@@ -18,15 +18,16 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
-from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe, split_changes
+from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
+from .built_weights import check_built_head, warn_of_seen_images
 from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
@@ -65,21 +66,6 @@ def run_loggers(
     tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False, version=version)
     csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version, resumed_step=resumed_step)
     return [tensorboard, csv]
-
-
-def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
-    """One warning where a run starts from weights trained on its data split otherwise (the digits with another
-    ``split_seed`` or ``val_fraction``): some of its validation images trained those weights, so its val
-    accuracy is not that of held-out images. Only the digits are split by settings, so the file (which may be
-    large) is read again only for them."""
-    if identity.get("source") != "digits":
-        return
-    if changes := split_changes(read_checkpoint(pretrained_file), identity):
-        rank_zero_warn(
-            f"--model.pretrained_file {pretrained_file} was trained on this data split otherwise "
-            f"({'; '.join(changes)}): some of this run's validation images trained those weights, so its val "
-            "accuracy is not that of held-out images; split the data as that run did for a held-out figure"
-        )
 
 
 class CrateCLI(LightningCLI):
@@ -217,9 +203,12 @@ class CrateCLI(LightningCLI):
                 check_resume_data(self.held_checkpoint, identity, self.datamodule.data_config)
             elif self.held_checkpoint is not None:
                 check_evaluation_data(self.held_checkpoint, self.datamodule.data_identity(), str(self.subcommand))
-            start = (getattr(self.model, "hparams", None) or {}).get("pretrained_file")
-            if self.subcommand == "fit" and self.held_checkpoint is None and start:
-                warn_of_seen_images(start, self.datamodule.data_identity())
+            if self.held_checkpoint is None:  # the weights the model was built from are the ones a run uses
+                identity = self.datamodule.data_identity()
+                data = str(identity.get("root") or identity.get("source") or "the data")
+                check_built_head(self.model, identity.get("classes"), data, str(self.subcommand))
+                if start := (getattr(self.model, "hparams", None) or {}).get("pretrained_file"):
+                    warn_of_seen_images(start, identity)
             if self.subcommand == "test":
                 self.datamodule.require_split("test")
             if self.subcommand == "predict":

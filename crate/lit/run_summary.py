@@ -14,6 +14,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.wording import counted
 
+from .built_weights import head_from_weights
+
 __all__ = ["RunSummary"]
 
 
@@ -28,16 +30,17 @@ UNTRAINED = "the untrained model (random initialization)"
 
 def _weights_evaluated(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
     """What an evaluation measures: the checkpoint it loaded; else the weights a fit in this process left; else
-    those the model was built from (a pretrained file or tag); else :data:`UNTRAINED`."""
+    those the model was built from (a pretrained file or tag, said where its head is new); else :data:`UNTRAINED`."""
     if trainer.ckpt_path:
         return _relative(trainer.ckpt_path)
     if trainer.global_step > 0:
         return "the weights in memory"
     hparams = getattr(pl_module, "hparams", None) or {}
+    head = "" if head_from_weights(pl_module) else " under a new, untrained head"
     if hparams.get("pretrained_file"):
-        return f"the weights it was built from ({hparams['pretrained_file']})"
+        return f"the weights it was built from ({hparams['pretrained_file']}){head}"
     if (hparams.get("model_kwargs") or {}).get("pretrained"):
-        return f"the pretrained weights it was built with ({hparams.get('model_name')})"
+        return f"the pretrained weights it was built with ({hparams.get('model_name')}){head}"
     return UNTRAINED
 
 

@@ -1,0 +1,88 @@
+"""What a run built from weights (a pretrained tag, or ``--model.pretrained_file``) holds, checked against its data
+before anything runs: whether its classifier is the weights' own or a new one the data's classes asked for, and
+whether the weights' own classifier names the data's classes in the data's label order. Without these checks an
+evaluation would score an untrained head, or one class as another, under the weights' name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
+
+from crate.models import CheckpointError, read_checkpoint
+from crate.run.held_out import check_label_names, class_difference, shown_classes
+from crate.run.resume_check import split_changes
+
+__all__ = ["check_built_head", "head_from_weights", "warn_of_seen_images"]
+
+EVALUATIONS = ("validate", "test", "predict")
+
+
+def head_from_weights(module: L.LightningModule) -> bool | None:
+    """Whether the model's classifier is the one of the weights it was built from: True where it was kept, False
+    where the data's classes asked for a new, untrained one (timm's rule for a ``num_classes`` other than the
+    weights'), None where the model was built without weights."""
+    hparams = getattr(module, "hparams", None) or {}
+    if not (hparams.get("pretrained_file") or (hparams.get("model_kwargs") or {}).get("pretrained")):
+        return None
+    model = getattr(module, "model", None)
+    held = (getattr(model, "pretrained_cfg", None) or {}).get("num_classes")
+    return held is None or held == getattr(model, "num_classes", held)
+
+
+def _weights_name(module: L.LightningModule) -> str:
+    hparams = getattr(module, "hparams", None) or {}
+    if hparams.get("pretrained_file"):
+        return f"--model.pretrained_file {hparams['pretrained_file']}"
+    return f"the pretrained weights of {hparams.get('model_name')}"
+
+
+def check_built_head(module: L.LightningModule, classes: Any, data: str, subcommand: str) -> None:
+    """Refuse ``validate``, ``test`` and ``predict`` of weights built in whose own head names other classes, or the
+    same ones in another order, than the data (``classes``, in label order; ``data`` says which data): each label
+    would be scored, or named, as another class. A fit from them is warned (it retrains what the head's outputs
+    mean). Where the data's classes asked for a new head, an evaluation is warned that it scores an untrained
+    classifier."""
+    kept = head_from_weights(module)
+    if kept is None:
+        return
+    model = module.model
+    if not kept:
+        if subcommand in EVALUATIONS:
+            held = model.pretrained_cfg.get("num_classes")
+            rank_zero_warn(
+                f"{subcommand} uses {_weights_name(module)} under a new, untrained head: the weights' head has "
+                f"{held or 'no'} classes and the data {model.num_classes}, so its figures are those of a random "
+                "classifier on their features; fine-tune it on this data first (fit), or give it data of the "
+                "weights' classes"
+            )
+        return
+    if subcommand in EVALUATIONS:
+        try:
+            check_label_names(model, classes, data)
+        except ValueError as err:
+            raise CheckpointError(f"{_weights_name(module)}: {err}; nothing was written") from err
+        return
+    names = model.pretrained_cfg.get("label_names")
+    if names and classes is not None and tuple(map(str, names)) != tuple(map(str, classes)):
+        rank_zero_warn(
+            f"{_weights_name(module)}: the head is kept, and its outputs, trained as {shown_classes(names)}, stand "
+            f"for {shown_classes(classes)} in {data} ({class_difference(names, classes)}): the fit retrains what "
+            "each of them means"
+        )
+
+
+def warn_of_seen_images(pretrained_file: str, identity: dict[str, Any]) -> None:
+    """One warning where a run starts from weights trained on its data split otherwise (the digits with another
+    ``split_seed`` or ``val_fraction``): some of its validation images trained those weights, so its val
+    accuracy is not that of held-out images. Only the digits are split by settings, so the file (which may be
+    large) is read again only for them."""
+    if identity.get("source") != "digits":
+        return
+    if changes := split_changes(read_checkpoint(pretrained_file), identity):
+        rank_zero_warn(
+            f"--model.pretrained_file {pretrained_file} was trained on this data split otherwise "
+            f"({'; '.join(changes)}): some of this run's validation images trained those weights, so its val "
+            "accuracy is not that of held-out images; split the data as that run did for a held-out figure"
+        )

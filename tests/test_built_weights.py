@@ -1,0 +1,92 @@
+"""A run built from weights (a pretrained tag here) is checked against its data before it runs: an evaluation of a
+head trained on other classes is refused, one of a new head says that the head is untrained, and one of the
+tag's own classes scores what timm scores."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torchvision
+from conftest import run_in_process, write_cifar10_like_folder, write_image_folder
+
+import crate  # noqa: F401
+from crate.models.shipped import CIFAR10_CLASSES
+
+TAG = "crate_nano_patch4_32.cifar10"
+FOLDER = "configs/crate_nano_imagefolder.yaml"
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def _run(subcommand: str, root: Path, logs: Path, *extra: str):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        done = run_in_process(
+            subcommand, "--config", FOLDER, "--data.root", str(root), "--model.model_name", TAG,
+            "--model.model_kwargs", "{pretrained: true}", "--log_root", str(logs), *QUIET, *extra,
+        )  # fmt: skip
+    return done, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+def test_an_evaluation_of_a_head_trained_on_other_class_names_is_refused_before_anything_is_written(
+    tmp_path: Path, subcommand: str
+) -> None:
+    # CIFAR-10's ten classes with two folders named otherwise: the label order (sorted names) moves as well
+    names = ["plane", "car", *CIFAR10_CLASSES[2:]]
+    root = write_image_folder(tmp_path / "data", names, per_class=1, size=32, gray=False)
+    (write_image_folder(tmp_path / "extra", names, per_class=1, size=32, gray=False) / "train").rename(root / "test")
+    done, _ = _run(subcommand, root, tmp_path / "logs")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and TAG in lines[0], lines
+    assert "missing ['airplane', 'automobile']" in lines[0] and "new ['car', 'plane']" in lines[0], lines[0]
+    assert not (tmp_path / "logs").exists()
+
+
+def _summary(caplog) -> str:
+    return next(line for line in caplog.text.splitlines() if " val of " in line)
+
+
+def test_an_evaluation_of_the_tag_s_own_classes_scores_what_timm_scores(tmp_path: Path, caplog) -> None:
+    root = write_cifar10_like_folder(tmp_path / "data", per_class=3)
+    with caplog.at_level(logging.INFO):
+        done, messages = _run("validate", root, tmp_path / "logs")
+    assert done.returncode == 0, done.stderr
+    assert not [m for m in messages if "head" in m], messages
+    summary = _summary(caplog)
+    assert f"the pretrained weights it was built with ({TAG}):" in summary, summary
+    # the same weights through timm, on the same files with the tag's own evaluation transform
+    model = timm.create_model(TAG, pretrained=True).eval()
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    images = torchvision.datasets.ImageFolder(root / "val", transform=transform)
+    x = torch.stack([image for image, _ in images])
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(model(x), torch.tensor(images.targets)).item()
+    assert f"val/loss {loss:.4f}" in summary, (summary, loss)
+
+
+def test_an_evaluation_under_a_new_head_says_the_head_is_untrained(tmp_path: Path, caplog) -> None:
+    root = write_image_folder(tmp_path / "data", ["cat", "dog"], per_class=2, size=32, gray=False)
+    with caplog.at_level(logging.INFO):
+        done, messages = _run("validate", root, tmp_path / "logs")
+    assert done.returncode == 0, done.stderr
+    said = [m for m in messages if "new, untrained head" in m]
+    assert len(said) == 1 and "10 classes and the data 2" in said[0], messages
+    summary = _summary(caplog)
+    assert f"({TAG}) under a new, untrained head:" in summary, summary
+
+
+@pytest.mark.slow
+def test_a_fit_that_keeps_a_head_of_other_class_names_says_what_its_outputs_now_stand_for(tmp_path: Path) -> None:
+    names = ["plane", "car", *CIFAR10_CLASSES[2:]]
+    root = write_image_folder(tmp_path / "data", names, per_class=1, size=32, gray=False)
+    done, messages = _run("fit", root, tmp_path / "logs", "--trainer.max_epochs", "1")
+    assert done.returncode == 0, done.stderr
+    said = [m for m in messages if "the head is kept" in m]
+    assert len(said) == 1 and "trained as 10 classes [airplane, automobile, bird, ...]" in said[0], messages
+    assert "stand for 10 classes [bird, car, cat, ...]" in said[0], said
