@@ -282,3 +282,32 @@ def test_a_loaded_model_holds_its_file_s_weights_once(digits_run, way: str) -> N
         model = timm.create_model("crate_nano_patch4_32.digits", pretrained=True, features_only=True)
     assert "state_dict" not in model.pretrained_cfg and "state_dict" not in model.default_cfg
     assert not any(torch.is_tensor(value) or isinstance(value, dict) for value in model.pretrained_cfg.values())
+
+
+@pytest.mark.parametrize("tag", shipped_tags() + shipped_tags(classifiers=False))
+def test_a_shipped_file_read_by_its_path_is_its_tag(tag: str) -> None:
+    """A shipped file copied elsewhere and loaded as ``pretrained_cfg_overlay=dict(file=PATH)`` builds what its tag
+    builds: the same weights, class names and evaluation transform (an 8x8 digit resized bicubically instead of
+    bilinearly is another tensor than the one its card's accuracy was measured on)."""
+    by_tag = timm.create_model(tag, pretrained=True).eval()
+    path = by_tag.pretrained_cfg["file"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built at the file's own size and channels: nothing to adapt, nothing said
+        by_path = timm.create_model(tag.split(".")[0], pretrained=True, pretrained_cfg_overlay=dict(file=path)).eval()
+    assert by_path.pretrained_cfg.get("label_names") == by_tag.pretrained_cfg.get("label_names")
+    assert timm.data.resolve_data_config({}, model=by_path) == timm.data.resolve_data_config({}, model=by_tag)
+    tagged, read = by_tag.state_dict(), by_path.state_dict()
+    assert tagged.keys() == read.keys() and all(torch.equal(tagged[k], read[k]) for k in tagged)
+
+
+@pytest.mark.parametrize("tag", shipped_tags(classifiers=False))
+def test_an_encoder_s_file_given_num_classes_gets_a_new_head_on_its_own_weights(tag: str) -> None:
+    """A file without a classifier has no head to mismatch: ``num_classes`` asks for a new one (it was a
+    missing-keys error from the state dict), on the encoder's own weights."""
+    encoder = timm.create_model(tag, pretrained=True).state_dict()
+    path = timm.models.get_pretrained_cfg(tag).file
+    model = timm.create_model(tag.split(".")[0], pretrained=True, pretrained_cfg_overlay=dict(file=path), num_classes=7)
+    assert model.num_classes == 7 and model(torch.zeros(1, 3, 32, 32)).shape == (1, 7)
+    state = model.state_dict()
+    assert set(state) - set(encoder) == {"head.weight", "head.bias"}
+    assert all(torch.equal(state[k], encoder[k]) for k in encoder)

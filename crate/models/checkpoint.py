@@ -398,6 +398,8 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
         overlay.setdefault("label_names", checkpoint.label_names)
     if from_overlay and "num_classes" not in overlay:
         # a file given with num_classes is taken to hold that many classes: a mismatch is then an error
-        # that says how to reset the head, instead of a head silently dropped (timm's rule)
-        overlay["num_classes"] = kwargs.get("num_classes", checkpoint.num_classes or 1000)
+        # that says how to reset the head, instead of a head silently dropped (timm's rule); an encoder's file
+        # (no classifier) has none to mismatch, so num_classes gives it a new head
+        held = checkpoint.num_classes
+        overlay["num_classes"] = 0 if held == 0 else kwargs.get("num_classes", 1000 if held is None else held)
     return dict(kwargs, pretrained_cfg_overlay=overlay)
