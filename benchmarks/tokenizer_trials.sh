@@ -13,7 +13,8 @@
 # crate_cct_lr2e3_re025_fp32 adds random erasing to it, crate_cct_lr2e3_mix_fp32 Mixup and CutMix,
 # crate_cct_lr2e3_dp01_fp32 stochastic depth 0.1, crate_cct_lr2e3_warm2_fp32 a 2-epoch warm-up instead of 5;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe
-# (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy for the first 35 epochs only;
+# (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy
+# for the first 35 epochs only;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
 # crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3. logs/ stays on one machine, so its run
