@@ -24,6 +24,21 @@ class SignalAtStep(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalInValidation(Callback):
+    """Send this process ``signal_name`` after batch ``batch`` of the validation that ends training epoch
+    ``epoch`` (not the sanity check): an interrupt that lands while a fit validates."""
+
+    def __init__(self, epoch: int, batch: int = 0, signal_name: str = "SIGTERM") -> None:
+        self.epoch, self.batch = epoch, batch
+        self.signum = getattr(signal, signal_name)
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int, *args
+    ) -> None:
+        if not trainer.sanity_checking and trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+
 class PoisonWeightsAtStep(Callback):
     """Put a NaN into the weights after optimizer step ``step``, as a diverging update would."""
 

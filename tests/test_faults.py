@@ -298,3 +298,31 @@ def test_evaluating_on_other_classes_is_refused_and_the_same_classes_elsewhere_a
     proc = run_in_process("validate", "--config", folder, "--data.root", str(moved), *common, "--ckpt_path", str(ckpt))
     _ok(proc)  # the data moved, its classes did not: evaluated
     assert "val/acc" in proc.stdout
+
+
+def _val_figures(run_folder: Path) -> dict[int, str]:
+    """Each epoch's logged val/acc in a run's metrics.csv, as written."""
+    import csv
+
+    with open(run_folder / "metrics.csv") as f:
+        return {int(row["epoch"]): row["val/acc"] for row in csv.DictReader(f) if row.get("val/acc")}
+
+
+def test_sigterm_while_validating_resumes_into_the_whole_validation_of_that_epoch(
+    tmp_path: Path, uninterrupted: Path
+) -> None:
+    """SIGTERM after the first validation batch of epoch 0: the training batches of that epoch are done and
+    its validation is not. Lightning restores such a checkpoint as one saved after validation and would skip
+    that epoch's validation (no val/acc for it, and "best" never sees it); the resumed run validates it over
+    the whole val split and logs what the uninterrupted run logged."""
+    kill = _extra_config(tmp_path, "kill", [{"class_path": "helpers.SignalInValidation", "init_args": {"epoch": 0}}])
+    first = run_train("fit", "--config", DEFAULT, "--config", kill, *SHORT, "--log_root", str(tmp_path))
+    interrupted = _run_dir(tmp_path) / "interrupted-epoch000-step000023.ckpt"
+    assert interrupted.is_file(), first.stderr[-3000:]
+    _ok(run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last"))
+    reference = _val_figures(uninterrupted.parent.parent)
+    assert sorted(reference) == [0, 1]
+    assert _val_figures(_run_dir(tmp_path).parent) == reference
+    final, whole = _weights(_run_dir(tmp_path) / "last.ckpt"), _weights(uninterrupted)
+    for key in whole:
+        assert torch.equal(whole[key], final[key]), f"{key} differs after resume"

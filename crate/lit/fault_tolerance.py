@@ -103,7 +103,16 @@ class InterruptCheckpoint(Callback):
 
     Not Lightning's ``OnExceptionCheckpoint``, which writes on every exception (a ``NonFiniteError`` would leave
     the broken weights as the newest checkpoint) to one fixed name, removed when a run ends normally; this one
-    writes only on an interrupt, after the first step, and links ``last.ckpt`` so ``--ckpt_path last`` resumes."""
+    writes only on an interrupt, after the first step, and links ``last.ckpt`` so ``--ckpt_path last`` resumes.
+
+    An interrupt while a fit validates lands after the epoch's last training batch. Lightning restores such a
+    checkpoint as one written after validation and goes on to the next epoch: that epoch would have no val
+    figure, and the best checkpoint would never see it (Lightning-AI/pytorch-lightning#20288). The checkpoint
+    written here records the validation as begun and not one batch of it done, so the resumed run validates
+    that epoch again over the whole val split before it trains on."""
+
+    def __init__(self) -> None:
+        self._while_validating = False
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
@@ -113,7 +122,11 @@ class InterruptCheckpoint(Callback):
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"interrupted-epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}.ckpt"
-        trainer.save_checkpoint(path, weights_only=False)  # a full training state: resumable
+        self._while_validating = trainer.validating and trainer.state.fn == "fit" and not trainer.sanity_checking
+        try:
+            trainer.save_checkpoint(path, weights_only=False)  # a full training state: resumable
+        finally:
+            self._while_validating = False
         if trainer.is_global_zero:
             last = folder / "last.ckpt"
             if last.is_symlink() or last.exists():
@@ -123,3 +136,15 @@ class InterruptCheckpoint(Callback):
             except OSError:  # file systems without links
                 last.write_bytes(path.read_bytes())
             rank_zero_info(f"interrupted: wrote {path}; resume with --ckpt_path last")
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        if not self._while_validating:
+            return
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.val_loop.batch_progress")
+        if progress is None:  # a Lightning whose checkpoint keeps its loops elsewhere: leave it as written
+            return
+        # Lightning reads "started one batch more than it processed" as a restart mid-validation, and the
+        # current counters at zero make that validation start again at its first batch
+        progress["total"] = {"ready": 1, "started": 1, "processed": 0, "completed": 0}
+        progress["current"] = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+        progress["is_last_batch"] = False
