@@ -23,7 +23,8 @@
 # its logs into benchmarks/results/cpu_runs/NAME/ (NAME: crate_cct_full unless given), and the next start
 # restores them into logs/ when logs/ has none. Once a run has finished, `keep` keeps its logs and its done mark
 # only (crate_cct_full's weights ship as checkpoints/crate_cct4_3x2_32.cifar10.safetensors, crate_cct_w152_full's
-# as checkpoints/crate_cct4_3x2_w152_32.cifar10.safetensors), and a start says it
+# as checkpoints/crate_cct4_3x2_w152_32.cifar10.safetensors, crate_alpha_cct_full's as
+# checkpoints/crate_alpha_cct4_3x2_32.cifar10.safetensors), and a start says it
 # is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -110,7 +110,7 @@ def compact_cfg(**kwargs: Any) -> dict[str, Any]:
 
 
 # "<arch>.cifar10" then "<arch>.*": the tag names the weights, the untagged name stays the untrained default
-_SHIPPED_CIFAR10 = ("crate_cct4_3x2_32", "crate_cct4_3x2_w152_32", "vit_cct4_3x2_32")
+_SHIPPED_CIFAR10 = ("crate_alpha_cct4_3x2_32", "crate_cct4_3x2_32", "crate_cct4_3x2_w152_32", "vit_cct4_3x2_32")
 default_cfgs = generate_default_cfgs(
     {
         f"{arch}{tag}": cfg
