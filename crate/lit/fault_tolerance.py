@@ -105,8 +105,8 @@ class InterruptCheckpoint(Callback):
     the broken weights as the newest checkpoint) to one fixed name, removed when a run ends normally; this one
     writes only on an interrupt, after the first step, and links ``last.ckpt`` so ``--ckpt_path last`` resumes.
 
-    An interrupt while a fit validates lands after the epoch's last training batch. Lightning restores such a
-    checkpoint as one written after validation and goes on to the next epoch: that epoch would have no val
+    An interrupt while a fit validates (once an epoch: after its last training batch) is restored by Lightning
+    as a checkpoint written after validation, and the run goes on to the next epoch: that epoch would have no val
     figure, and the best checkpoint would never see it (Lightning-AI/pytorch-lightning#20288). The checkpoint
     written here records the validation as begun and not one batch of it done, so the resumed run validates
     that epoch again over the whole val split before it trains on."""
