@@ -17,8 +17,9 @@
 # for the first 35 epochs only;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
-# crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3. logs/ stays on one machine, so its run
-# folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep [NAME]` (after
+# crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3 and
+# crate_alpha_cct_full_cycle2 gives its shipped weights a second cosine cycle of 40 epochs at lr 5e-4.
+# logs/ stays on one machine, so a run folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep [NAME]` (after
 # stopping it with SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and
 # its logs into benchmarks/results/cpu_runs/NAME/ (NAME: crate_cct_full unless given), and the next start
 # restores them into logs/ when logs/ has none. Once a run has finished, `keep` keeps its logs and its done mark
@@ -113,6 +114,11 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
       --data.root data/cifar10 --trainer.max_epochs 200 ;;
     crate_cct_w152_full) run "$trial" --model.model_name crate_cct4_3x2_w152_32 --model.lr 2e-3 \
       --data.root data/cifar10 --trainer.max_epochs 200 ;;
+    # a second cosine cycle for the shipped CRATE-alpha file (which still underfits after 200 epochs): 40 epochs from
+    # its weights at a quarter of the first cycle's peak rate, 2 warm-up epochs, the same recipe otherwise
+    crate_alpha_cct_full_cycle2) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 \
+      --model.pretrained_file checkpoints/crate_alpha_cct4_3x2_32.cifar10.safetensors --model.lr 5e-4 \
+      --model.warmup_epochs 2 --data.root data/cifar10 --trainer.max_epochs 40 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
   esac
 done
