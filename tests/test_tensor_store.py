@@ -4,6 +4,7 @@ changes, the evaluation form equals timm's own transform, and bad stores and fol
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -116,3 +117,23 @@ def test_a_refused_folder_keeps_no_empty_store_folder(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"cannot read image"):
         _setup(tmp_path)
     assert not (tmp_path / ".tensor_store").exists()  # the user's data folder is as it was
+
+
+def test_a_fit_leaves_the_test_split_unread_and_the_test_stage_reads_it(tmp_path: Path) -> None:
+    write_image_folder(tmp_path, **STORE_FOLDER)
+    shutil.copytree(tmp_path / "val", tmp_path / "test")
+    bad = tmp_path / "test" / "class_0" / "0.jpg"
+    bad.write_bytes(b"not an image")
+    data = _setup(tmp_path)  # a fit reads train/ and val/ only: the unreadable test image stops nothing
+    assert data.test_set is None and not data.store_path("test").exists()
+    with pytest.raises(DataError, match=r"cannot read image .*0.jpg"):
+        data.setup("test")
+    Image.fromarray(np.full((8, 8, 3), 200, dtype=np.uint8)).save(bad)
+    train_set, val_set = data.train_set, data.val_set
+    data.setup("test")
+    assert data.train_set is train_set and data.val_set is val_set  # the fit's splits are not decoded again
+    files = sorted((tmp_path / "test").glob("*/*.jpg"))
+    assert len(data.test_set) == len(files) == 12 and data.store_path("test").is_file()
+    index = files.index(bad)
+    expected = np.asarray(Image.open(bad).convert("RGB")).transpose(2, 0, 1)
+    assert np.array_equal(data.test_set.store.images[index].numpy(), expected)

@@ -3,6 +3,7 @@ through the tensor-store path: torchvision's uint8 arrays are the store, augment
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -105,12 +106,15 @@ class CIFARDataModule(StoredImageDataModule):
         self._open(train=True, download=self.download)
         self._open(train=False, download=self.download)
 
-    def stores(self) -> dict[str, TensorStore]:
-        train, test = self._open(train=True, download=False), self._open(train=False, download=False)
-        test_store = TensorStore.from_arrays(test.data, test.targets, test.classes)
-        # CIFAR ships a train and a test split; the test split serves for validation and for test
-        return {
-            "train": TensorStore.from_arrays(train.data, train.targets, train.classes),
-            "val": test_store,
-            "test": test_store,
-        }
+    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
+        # CIFAR ships a train and a test split; the test split serves for validation and for test, so asking
+        # for either gives both
+        held: dict[str, TensorStore] = {}
+        if "train" in splits:
+            train = self._open(train=True, download=False)
+            held["train"] = TensorStore.from_arrays(train.data, train.targets, train.classes)
+        if {"val", "test"} & set(splits):
+            test = self._open(train=False, download=False)
+            test_store = TensorStore.from_arrays(test.data, test.targets, test.classes)
+            held.update(val=test_store, test=test_store)
+        return held

@@ -1,4 +1,4 @@
-"""Small images at the model's speed: every split decoded once into a uint8 tensor store, training batches
+"""Small images at the model's speed: each split decoded once into a uint8 tensor store, training batches
 augmented as whole tensors on the device they train on (:mod:`crate.data.tensor_store`,
 :mod:`crate.data.batch_augmentation`).
 
@@ -11,7 +11,7 @@ every core stays with the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -88,24 +88,40 @@ class StoredImageDataModule(ImageDataModule):
             settings.update(interpolation="bilinear", crop_mode="squash")
         return settings
 
-    def stores(self) -> dict[str, TensorStore]:
-        """The store of every split the data has: ``train``, ``val`` and, where there is one, ``test``."""
+    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
+        """The stores of those of ``splits`` (``train``, ``val``, ``test``) that the data has, and of any other
+        split that comes with one of them at no cost (CIFAR's test split is also its validation split)."""
         raise NotImplementedError
 
+    def splits_for(self, stage: str | None) -> set[str]:
+        """The splits a stage reads: ``train`` and ``val`` always (fit, and the probes and baselines that read
+        the training images), ``test`` only for ``test`` (or predict on it) and for a setup without a stage.
+        A fit leaves a test split unread: not decoded, not cached, and an unreadable test image stops no fit."""
+        wanted = {"train", "val"}
+        if stage in (None, "test") or (stage == "predict" and self.predict_split == "test"):
+            wanted.add("test")
+        return wanted
+
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
+        sets = {"train": self.train_set, "val": self.val_set, "test": self.test_set}
+        wanted = self.splits_for(stage) - {split for split, held in sets.items() if held is not None}
+        if "test" in wanted and not self.has_test_split():
+            wanted.discard("test")
+        if not wanted:
             return
-        config = self.model_data_config()
-        self.mean, self.std = tuple(config["mean"]), tuple(config["std"])
-        stores = self.stores()
+        if not self.mean:
+            config = self.model_data_config()
+            self.mean, self.std = tuple(config["mean"]), tuple(config["std"])
+        stores = self.stores(sorted(wanted))
         for split, store in stores.items():
             if store.images.shape[1] != self.in_chans:
                 raise DataError(f"the {split} store holds {store.images.shape[1]}-channel images, not {self.in_chans}")
-        self._train_store = stores["train"]
-        self.train_set, self.val_set = (
-            StoredImages(stores[s], self.mean, self.std, self.img_size) for s in ("train", "val")
-        )
-        self.test_set = StoredImages(stores["test"], self.mean, self.std, self.img_size) if "test" in stores else None
+        if "train" in stores:
+            self._train_store = stores["train"]
+        built = {split: StoredImages(store, self.mean, self.std, self.img_size) for split, store in stores.items()}
+        self.train_set = built.get("train", self.train_set)
+        self.val_set = built.get("val", self.val_set)
+        self.test_set = built.get("test", self.test_set)
 
     def _seeded_train_set(self) -> tuple[Dataset, Callable[[Any], Any] | None]:
         return SeededStoredImages(self._train_store), as_batch
@@ -148,9 +164,10 @@ class StoredImageDataModule(ImageDataModule):
 class StoredImageFolderDataModule(StoredImageDataModule):
     """An image folder (``root/{train,val[,test]}/<class>/<images>``, all of one size) through tensor stores.
 
-    The first run decodes every split once (with the same reader as :class:`ImageFolderDataModule`: 16-bit
-    scaled, palettes and alpha converted) into ``<store_dir>/<split>-<L|RGB>.safetensors`` (``store_dir``:
-    ``root/.tensor_store`` by default); later runs read those files, and rebuild one when its folder changed.
+    The first stage to read a split decodes it once (a fit reads train and val, ``test`` reads test), with the
+    same reader as :class:`ImageFolderDataModule` (16-bit scaled, palettes and alpha converted), into
+    ``<store_dir>/<split>-<L|RGB>.safetensors`` (``store_dir``: ``root/.tensor_store`` by default); later runs
+    read those files, and rebuild one when its folder changed.
     Images of different sizes are refused (use :class:`ImageFolderDataModule`, which resizes each one).
 
     Args:
@@ -221,7 +238,7 @@ class StoredImageFolderDataModule(StoredImageDataModule):
     def store_path(self, split: str) -> Path:
         return self.store_dir / f"{split}-{self.layout.loader.mode}.safetensors"
 
-    def stores(self) -> dict[str, TensorStore]:
+    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
         try:
             return {
                 split: folder_store(
@@ -232,6 +249,7 @@ class StoredImageFolderDataModule(StoredImageDataModule):
                     self.layout.loader,
                 )
                 for split in self.layout.splits
+                if split in splits
             }
         except StoreError as err:
             raise DataError(str(err)) from err
