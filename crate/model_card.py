@@ -31,13 +31,15 @@ images) and a logistic-regression probe on the standardised features, beside its
 
 
 def _trained_line(card: dict[str, Any]) -> str:
-    """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps; where the run
-    stopped before the steps its schedule planned, it says so (the learning rate had not finished its decay: not
-    the recipe's result)."""
+    """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps, and the file
+    whose weights they started from (``--model.pretrained_file``); where the run stopped before the steps its
+    schedule planned, it says so (the learning rate had not finished its decay: not the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
     partial = card.get("batches_into_epoch") or 0
     next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
     line = f"{counted(card['epochs'], 'epoch')}{next_epoch}, {counted(done, 'optimizer step')}"
+    if start := card["recipe"].get("pretrained_file"):
+        line += f", starting from the weights of `{start}` (the epochs it took to make them not counted)"
     if planned and done < planned:
         line += (
             f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "

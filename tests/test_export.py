@@ -358,3 +358,29 @@ def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_
     card = export_checkpoint(moved, out, train_command="python train.py fit ...", measure=False)
     assert card["recipe"]["precision"] == UNKNOWN_RUN_SETTING and card["recipe"]["seed"] == UNKNOWN_RUN_SETTING
     assert f"| precision | {UNKNOWN_RUN_SETTING} |" in out.with_suffix(".md").read_text()
+
+
+def test_a_run_started_from_a_file_s_weights_names_that_file_on_its_card(tmp_path: Path) -> None:
+    """A fine-tune or a further cycle counts its epochs from other weights: the card says from which."""
+    torch.manual_seed(0)
+    digits = {"class_path": "crate.lit.DigitsDataModule", "init_args": {"img_size": 32}}
+    first = ImageClassifier("crate_nano_patch4_32", 10, in_chans=1, img_size=32, warmup_epochs=0)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(first, DigitsDataModule(batch_size=32))
+    start = tmp_path / "first.ckpt"
+    trainer.save_checkpoint(start)
+    second = ImageClassifier(
+        "crate_nano_patch4_32", 10, in_chans=1, img_size=32, warmup_epochs=0, pretrained_file=str(start)
+    )
+    assert torch.equal(second.model.state_dict()["head.weight"], first.model.state_dict()["head.weight"])
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(second, DigitsDataModule(batch_size=32))
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trainer.save_checkpoint(ckpt)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"seed_everything": 0, "data": digits}))
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.second.safetensors")
+    assert card["recipe"]["pretrained_file"] == str(start)
+    markdown = (tmp_path / "crate_nano_patch4_32.second.md").read_text()
+    assert f"2 optimizer steps, starting from the weights of `{start}`" in markdown
+    first_card = export_checkpoint(start, tmp_path / "crate_nano_patch4_32.first.safetensors")
+    assert "pretrained_file" not in first_card["recipe"]

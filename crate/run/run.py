@@ -120,11 +120,14 @@ class Run:
         return self.record.batches_into_epoch
 
     def recipe(self) -> dict[str, Any]:
-        """The training recipe a card shows: the module's optimisation settings, the training-only model settings,
-        the data section's settings (a self-distillation run's views replace the classification augmentation,
-        which never ran), and the precision and seed of the run's config (or "unknown" without one)."""
+        """The training recipe a card shows: the weights it started from (``--model.pretrained_file``), the
+        module's optimisation settings, the training-only model settings, the data section's settings (a
+        self-distillation run's views replace the classification augmentation, which never ran), and the
+        precision and seed of the run's config (or "unknown" without one)."""
         hp = self.hparams
         recipe = {k: hp[k] for k in RECIPE_KEYS if hp.get(k) is not None}
+        if hp.get("pretrained_file"):  # a fine-tune or a further cycle: its epochs are counted from those weights
+            recipe["pretrained_file"] = hp["pretrained_file"]
         if hp.get("objective_weight"):  # the layer-objective term, where a run trained with it
             recipe["objective_weight"] = hp["objective_weight"]
             recipe["objective_images"] = hp.get("objective_images", 8)  # 8: runs from before it was a setting
