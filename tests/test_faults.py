@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,14 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
     assert (_run_dir(tmp_path) / "last.ckpt").resolve() == interrupted.resolve()
     assert torch.load(interrupted, weights_only=True)["global_step"] == 32  # mid-epoch: 23 steps an epoch
 
+    bare = tmp_path / "bare"  # the same interrupted run, its checkpoint stripped of the epoch metrics' copy
+    shutil.copytree(tmp_path / "crate_nano_digits", bare / "crate_nano_digits", symlinks=True)
+    stripped = _run_dir(bare) / interrupted.name
+    held = torch.load(stripped, weights_only=True)
+    assert held["callbacks"]["EpochFiguresOnResume"]["batches"] == 9  # 32 steps: 23 in epoch 0, 9 in epoch 1
+    held["callbacks"]["EpochFiguresOnResume"] = {}
+    torch.save(held, stripped)
+
     resumed = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
     _ok(resumed)
     assert not (tmp_path / "crate_nano_digits" / "version_1").exists()  # the resumed run continues its folder
@@ -64,6 +73,17 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
     assert reference.keys() == ours.keys()
     for key in reference:
         assert torch.equal(reference[key], ours[key]), f"{key} differs after resume"
+    # the interrupted epoch's training figures cover all of its 23 batches, as the uninterrupted run's do
+    whole, cut = _train_figures(uninterrupted.parent.parent), _train_figures(_run_dir(tmp_path).parent)
+    assert sorted(whole) == sorted(cut) == [0, 1]
+    for epoch in whole:
+        assert cut[epoch][0] == whole[epoch][0]  # accuracy: counts of samples, exact
+        assert cut[epoch][1] == pytest.approx(whole[epoch][1], rel=1e-6)  # mean loss: a float sum in two parts
+
+    partial = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(bare), "--ckpt_path", "last")
+    _ok(partial)
+    assert "resuming 9 batches into epoch 1: the checkpoint holds no copy" in partial.stderr
+    assert _train_figures(_run_dir(bare).parent)[1][0] != whole[1][0]  # what it warns of: 14 of 23 batches
 
 
 def test_a_run_interrupted_before_its_first_checkpoint_links_last_to_its_final_state_after_resume(
@@ -298,6 +318,15 @@ def test_evaluating_on_other_classes_is_refused_and_the_same_classes_elsewhere_a
     proc = run_in_process("validate", "--config", folder, "--data.root", str(moved), *common, "--ckpt_path", str(ckpt))
     _ok(proc)  # the data moved, its classes did not: evaluated
     assert "val/acc" in proc.stdout
+
+
+def _train_figures(run_folder: Path) -> dict[int, tuple[str, float]]:
+    """Each epoch's logged train/acc (as written) and train/loss_epoch in a run's metrics.csv."""
+    import csv
+
+    with open(run_folder / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("train/acc")]
+    return {int(row["epoch"]): (row["train/acc"], float(row["train/loss_epoch"])) for row in rows}
 
 
 def _val_figures(run_folder: Path) -> dict[int, str]:

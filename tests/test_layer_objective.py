@@ -99,3 +99,35 @@ def test_a_card_states_the_terms_weight_and_images(tmp_path) -> None:
     assert (card["recipe"]["objective_weight"], card["recipe"]["objective_images"]) == (0.01, 3)
     assert "| objective_images | 3 |" in (tmp_path / "objective.md").read_text()
     assert json.loads((tmp_path / "objective.json").read_text())["recipe"]["objective_weight"] == 0.01
+
+
+def test_the_logged_epoch_value_is_the_batch_weighted_mean_of_the_steps_terms() -> None:
+    import lightning as L
+
+    from crate.lit import DigitsDataModule
+
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, warmup_epochs=0, objective_weight=0.01)
+    steps: list[tuple[float, int]] = []
+    term, with_term = module.layer_objective.term, module._with_layer_objective
+
+    def recorded_term() -> torch.Tensor:
+        value = term()
+        steps.append((float(value.detach()), 0))
+        return value
+
+    def recorded_with_term(loss: torch.Tensor, batch_size: int) -> torch.Tensor:
+        out = with_term(loss, batch_size)
+        steps[-1] = (steps[-1][0], batch_size)
+        return out
+
+    module.layer_objective.term, module._with_layer_objective = recorded_term, recorded_with_term
+    trainer = L.Trainer(
+        max_epochs=1, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(module, DigitsDataModule(img_size=16, batch_size=600))
+    sizes = [size for _, size in steps]
+    assert len(steps) >= 2 and len(set(sizes)) == 2  # full batches and a smaller last one: the weights matter
+    expected = sum(value * size for value, size in steps) / sum(sizes)
+    logged = float(trainer.callback_metrics["train/layer_objective"])
+    assert logged == pytest.approx(expected, rel=1e-5)

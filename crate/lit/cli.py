@@ -34,6 +34,7 @@ from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
 from .data.folder import DataError, DataRootError
+from .epoch_figures import EpochFiguresOnResume
 from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
@@ -76,7 +77,8 @@ class CrateCLI(LightningCLI):
     - ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state as ``last.ckpt``): with a
       monitor, Lightning's one callback refreshes ``last.ckpt`` only when a best file is written;
     - the zoo's callbacks as sections (``rate_monitor``, ``nonfinite_guard``, ``interrupt_checkpoint``,
-      ``random_state``, ``wall_clock``, ``prediction_writer``, ``run_summary``, ``baseline``, ``snapshots``), so
+      ``random_state``, ``epoch_figures``, ``wall_clock``, ``prediction_writer``, ``run_summary``, ``baseline``,
+      ``snapshots``), so
       each is configured, or switched off, from the YAML like the trainer;
     - links from the data's ``num_classes``, ``in_chans``, ``img_size`` (and ``class_weights``) to the model, so
       a folder's classes and channels build the model that fits them;
@@ -128,6 +130,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite_guard")
         parser.add_lightning_class_args(InterruptCheckpoint, "interrupt_checkpoint")
         parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
+        parser.add_lightning_class_args(EpochFiguresOnResume, "epoch_figures")
         parser.add_lightning_class_args(WallClock, "wall_clock")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.add_lightning_class_args(RunSummary, "run_summary")

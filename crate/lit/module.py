@@ -21,7 +21,7 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.optim import list_optimizers
 from timm.utils import ModelEmaV3
 from torch import nn
-from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL, MixedBatch
@@ -186,6 +186,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         # the same value as val/acc's MulticlassAccuracy, in 6 tensor operations a step and no read-back
         self.train_acc = Top1Accuracy()
         self.train_loss_mean = epoch_loss_metric()
+        # the layer-objective term's epoch mean, weighted by batch size as Lightning weighs a logged tensor
+        self.train_objective_mean = epoch_loss_metric() if self.layer_objective is not None else None
         # evaluation: the mean loss and the accuracy per stage, each leaving out a padded batch's filler samples
         self.eval_metrics = nn.ModuleDict(
             {
@@ -244,7 +246,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 mixed_loss(logits, targets, lam, self.hparams.label_smoothing), len(images)
             )
             self.train_acc.update(logits, targets)
-            self.log_training_step(loss, len(images), acc=self.train_acc)
+            self.log_training_step(loss, len(images), **self._epoch_figures())
             return loss
         images, targets = batch
         if self.mixup is not None and len(images) % 2 == 0:  # timm's Mixup pairs the samples of a batch
@@ -258,8 +260,14 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             )
         self.train_acc.update(logits, targets)  # the epoch's value only: no per-batch accuracy computed
         loss = self._with_layer_objective(loss, len(images))
-        self.log_training_step(loss, len(images), acc=self.train_acc)
+        self.log_training_step(loss, len(images), **self._epoch_figures())
         return loss
+
+    def _epoch_figures(self) -> dict[str, Metric]:
+        """The epoch metrics besides the loss: ``train/acc``, and ``train/layer_objective`` where the term is on."""
+        if self.train_objective_mean is None:
+            return {"acc": self.train_acc}
+        return {"acc": self.train_acc, "layer_objective": self.train_objective_mean}
 
     def _with_layer_objective(self, loss: torch.Tensor, batch_size: int) -> torch.Tensor:
         """The loss with the layer-objective term (``objective_weight`` > 0; :mod:`crate.lit.layer_objective`),
@@ -267,7 +275,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         if self.layer_objective is None:
             return loss
         term = self.layer_objective.term()
-        self.log("train/layer_objective", term.detach(), on_step=False, on_epoch=True, batch_size=batch_size)
+        # the term once per sample: MeanMetric without its NaN check drops a weight given to it (torchmetrics#3434)
+        self.train_objective_mean.update(term.detach().expand(batch_size))
         return loss + self.hparams.objective_weight * term
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -34,11 +34,13 @@ class StepLogging:
     Lightning once an epoch, at its first step run (after a mid-epoch resume, the first step after it):
     Lightning keeps the object and computes and resets it at the epoch's end, so logging it again at every
     step would only repeat the bookkeeping. The batch size is given, so Lightning does not search the batch
-    for it.
+    for it. ``train_epoch_metrics`` names them for :class:`~crate.lit.epoch_figures.EpochFiguresOnResume`, which
+    keeps them whole across a resume in the middle of an epoch.
     """
 
     _epoch_metrics_logged: tuple[int, int] | None = None  # (trainer, epoch) whose metrics Lightning holds
     train_loss_mean: MeanMetric
+    train_epoch_metrics: dict[str, Metric] | None = None  # those metrics by name (the part after ``train/``)
 
     def log_training_step(self, loss: torch.Tensor, batch_size: int, **epoch_metrics: Metric) -> None:
         """Log a training step: the loss and learning rate when written, ``train/<name>`` epoch metrics."""
@@ -54,3 +56,4 @@ class StepLogging:
             for name, metric in epoch_metrics.items():
                 self.log(f"train/{name}", metric, on_step=False, on_epoch=True, batch_size=batch_size)
             self._epoch_metrics_logged = epoch
+            self.train_epoch_metrics = {"loss_epoch": self.train_loss_mean, **epoch_metrics}
