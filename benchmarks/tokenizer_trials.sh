@@ -19,14 +19,14 @@
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
 # crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3 and
 # crate_alpha_cct_full_cycle2 gives its shipped weights a second cosine cycle of 40 epochs at lr 5e-4.
-# logs/ stays on one machine, so a run folder is kept in the repository from one machine to the next: `benchmarks/tokenizer_trials.sh keep [NAME]` (after
-# stopping it with SIGTERM or Ctrl-C, which saves a checkpoint) copies the folder's last and best checkpoints and
-# its logs into benchmarks/results/cpu_runs/NAME/ (NAME: crate_cct_full unless given), and the next start
-# restores them into logs/ when logs/ has none. Once a run has finished, `keep` keeps its logs and its done mark
-# only (crate_cct_full's weights ship as checkpoints/crate_cct4_3x2_32.cifar10.safetensors, crate_cct_w152_full's
-# as checkpoints/crate_cct4_3x2_w152_32.cifar10.safetensors, crate_alpha_cct_full's as
-# checkpoints/crate_alpha_cct4_3x2_32.cifar10.safetensors), and a start says it
-# is done.
+# logs/ stays on one machine, so a run's folder is kept in the repository from one machine to the next:
+# `benchmarks/tokenizer_trials.sh keep [NAME]` (after stopping it with SIGTERM or Ctrl-C, which saves a
+# checkpoint) copies the folder's last and best checkpoints and its logs into benchmarks/results/cpu_runs/NAME/
+# (NAME: crate_cct_full unless given), and the next start restores them into logs/ when logs/ has none. Once a run
+# has finished, `keep` keeps its logs and its done mark only (crate_cct_full's weights ship as
+# checkpoints/crate_cct4_3x2_32.cifar10.safetensors, crate_cct_w152_full's as
+# checkpoints/crate_cct4_3x2_w152_32.cifar10.safetensors, crate_alpha_cct_full's as
+# checkpoints/crate_alpha_cct4_3x2_32.cifar10.safetensors), and a start says it is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
