@@ -38,7 +38,7 @@ def _trained_line(card: dict[str, Any]) -> str:
     partial = card.get("batches_into_epoch") or 0
     next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
     line = f"{counted(card['epochs'], 'epoch')}{next_epoch}, {counted(done, 'optimizer step')}"
-    if start := card["recipe"].get("pretrained_file"):
+    if start := (card.get("recipe") or {}).get("pretrained_file"):
         line += f", starting from the weights of `{start}` (the epochs it took to make them not counted)"
     if planned and done < planned:
         line += (

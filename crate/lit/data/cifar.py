@@ -106,7 +106,7 @@ class CIFARDataModule(StoredImageDataModule):
         self._open(train=True, download=self.download)
         self._open(train=False, download=self.download)
 
-    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
+    def stores(self, splits: Collection[str] = ("train", "val", "test")) -> dict[str, TensorStore]:
         # CIFAR ships a train and a test split; the test split serves for validation and for test, so asking
         # for either gives both
         held: dict[str, TensorStore] = {}

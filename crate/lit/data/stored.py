@@ -88,9 +88,9 @@ class StoredImageDataModule(ImageDataModule):
             settings.update(interpolation="bilinear", crop_mode="squash")
         return settings
 
-    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
-        """The stores of those of ``splits`` (``train``, ``val``, ``test``) that the data has, and of any other
-        split that comes with one of them at no cost (CIFAR's test split is also its validation split)."""
+    def stores(self, splits: Collection[str] = ("train", "val", "test")) -> dict[str, TensorStore]:
+        """The stores of those of ``splits`` (all three by default) that the data has, and of any other split
+        that comes with one of them at no cost (CIFAR's test split is also its validation split)."""
         raise NotImplementedError
 
     def splits_for(self, stage: str | None) -> set[str]:
@@ -238,7 +238,7 @@ class StoredImageFolderDataModule(StoredImageDataModule):
     def store_path(self, split: str) -> Path:
         return self.store_dir / f"{split}-{self.layout.loader.mode}.safetensors"
 
-    def stores(self, splits: Collection[str]) -> dict[str, TensorStore]:
+    def stores(self, splits: Collection[str] = ("train", "val", "test")) -> dict[str, TensorStore]:
         try:
             return {
                 split: folder_store(
