@@ -24,6 +24,18 @@ class SignalAtStep(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class CtrlCBeforeBackward(Callback):
+    """Ctrl-C inside the training step after optimizer step ``step``: after the step's forward pass (and its metric
+    updates), before its backward pass, as a Ctrl-C typed during a step lands."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
+
+
 class SignalInValidation(Callback):
     """Send this process ``signal_name`` after batch ``batch`` of the validation that ends training epoch
     ``epoch`` (not the sanity check): an interrupt that lands while a fit validates."""

@@ -57,7 +57,7 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
     assert (_run_dir(tmp_path) / "last.ckpt").resolve() == interrupted.resolve()
     assert torch.load(interrupted, weights_only=True)["global_step"] == 32  # mid-epoch: 23 steps an epoch
 
-    bare = tmp_path / "bare"  # the same interrupted run, its checkpoint stripped of the epoch metrics' copy
+    bare = tmp_path / "bare"  # the same interrupted run, its checkpoint stripped of the epoch metrics' sums
     shutil.copytree(tmp_path / "crate_nano_digits", bare / "crate_nano_digits", symlinks=True)
     stripped = _run_dir(bare) / interrupted.name
     held = torch.load(stripped, weights_only=True)
@@ -82,8 +82,23 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
 
     partial = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(bare), "--ckpt_path", "last")
     _ok(partial)
-    assert "resuming 9 batches into epoch 1: the checkpoint holds no copy" in partial.stderr
+    assert "resuming 9 batches into epoch 1: the checkpoint holds no sums" in partial.stderr
     assert _train_figures(_run_dir(bare).parent)[1][0] != whole[1][0]  # what it warns of: 14 of 23 batches
+
+
+def test_ctrl_c_inside_a_step_carries_no_sums_that_would_count_its_batch_twice(tmp_path: Path) -> None:
+    """The step's batch was counted by the metrics but not by the loop, which repeats it on resume: the checkpoint
+    carries no sums of the epoch's training metrics, and the resume says its figures are partial."""
+    stop = _extra_config(tmp_path, "stop", [{"class_path": "helpers.CtrlCBeforeBackward", "init_args": {"step": 30}}])
+    first = run_train("fit", "--config", DEFAULT, "--config", stop, *SHORT, "--log_root", str(tmp_path))
+    assert first.returncode == 130, first.stderr[-3000:]
+    interrupted = _run_dir(tmp_path) / "interrupted-epoch001-step000030.ckpt"
+    held = torch.load(interrupted, weights_only=True)
+    assert held["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"] == 7  # 30 - 23
+    assert not held.get("callbacks", {}).get("EpochFiguresOnResume")
+    resumed = run_train("fit", "--config", DEFAULT, *SHORT, "--log_root", str(tmp_path), "--ckpt_path", "last")
+    _ok(resumed)
+    assert "resuming 7 batches into epoch 1: the checkpoint holds no sums" in resumed.stderr
 
 
 def test_a_run_interrupted_before_its_first_checkpoint_links_last_to_its_final_state_after_resume(
