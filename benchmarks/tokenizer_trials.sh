@@ -14,7 +14,8 @@
 # crate_cct_lr2e3_dp01_fp32 stochastic depth 0.1, crate_cct_lr2e3_warm2_fp32 a 2-epoch warm-up instead of 5;
 # crate_alpha_cct and cbt_cct the tokenizer members of CRATE-alpha and CBT on the base recipe
 # (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy
-# for the first 35 epochs only;
+# for the first 35 epochs only; crate_alpha_cct_lr2e3_depth4 and crate_alpha_cct_lr2e3_width152 spend the rest of
+# a 0.7 M budget on CRATE-alpha's depth or width;
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
 # crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3 and
@@ -107,6 +108,11 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     crate_alpha_cct_lr2e3) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 ;;
     crate_alpha_cct_lr2e3_seed1) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
       --seed_everything 1 --data.init_args.seed 1 ;;
+    # the rest of a 0.7 M budget on CRATE-alpha's layers: a fourth layer (611,659) or width 152 (657,315)
+    crate_alpha_cct_lr2e3_depth4) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
+      --model.model_kwargs '{depth: 4}' ;;
+    crate_alpha_cct_lr2e3_width152) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
+      --model.model_kwargs '{embed_dim: 152}' ;;
     crate_cct_lr2e3_policy35) cct --model.lr 2e-3 --data.init_args.augmentation.policy_epochs 35 ;;
     # all 45,000 training images, 200 epochs at the learning rate that paid on the subset; resumes where it stopped
     crate_cct_full) cct --model.lr 2e-3 --data.root data/cifar10 --trainer.max_epochs 200 ;;
