@@ -38,8 +38,11 @@ def _trained_line(card: dict[str, Any]) -> str:
     partial = card.get("batches_into_epoch") or 0
     next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
     line = f"{counted(card['epochs'], 'epoch')}{next_epoch}, {counted(done, 'optimizer step')}"
-    if start := (card.get("recipe") or {}).get("pretrained_file"):
-        line += f", starting from the weights of `{start}` (the epochs it took to make them not counted)"
+    recipe = card.get("recipe") or {}
+    if start := recipe.get("pretrained_file"):
+        digest = recipe.get("pretrained_sha256") or ""
+        held = f"sha256 `{digest}`, " if len(digest) == 64 else ""
+        line += f", starting from the weights of `{start}` ({held}the epochs it took to make them not counted)"
     if planned and done < planned:
         line += (
             f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "

@@ -378,9 +378,33 @@ def test_a_run_started_from_a_file_s_weights_names_that_file_on_its_card(tmp_pat
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     trainer.save_checkpoint(ckpt)
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"seed_everything": 0, "data": digits}))
-    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.second.safetensors")
-    assert card["recipe"]["pretrained_file"] == str(start)
-    markdown = (tmp_path / "crate_nano_patch4_32.second.md").read_text()
-    assert f"2 optimizer steps, starting from the weights of `{start}`" in markdown
+    digest = hashlib.sha256(start.read_bytes()).hexdigest()
     first_card = export_checkpoint(start, tmp_path / "crate_nano_patch4_32.first.safetensors")
     assert "pretrained_file" not in first_card["recipe"]
+    # the start file replaced at the same path (e.g. by a better run's): the card still tells the weights used
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(first, DigitsDataModule(batch_size=32))
+    trainer.save_checkpoint(start)
+    assert hashlib.sha256(start.read_bytes()).hexdigest() != digest
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.second.safetensors")
+    assert card["recipe"]["pretrained_file"] == str(start)
+    assert card["recipe"]["pretrained_sha256"] == digest
+    markdown = (tmp_path / "crate_nano_patch4_32.second.md").read_text()
+    assert f"2 optimizer steps, starting from the weights of `{start}` (sha256 `{digest}`," in markdown
+    # resumed after the replacement: the run's record of its start is the checkpoint's, not the file's now
+    resumed = ImageClassifier(
+        "crate_nano_patch4_32", 10, in_chans=1, img_size=32, warmup_epochs=0, pretrained_file=str(start)
+    )
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(resumed, DigitsDataModule(batch_size=32), ckpt_path=ckpt)
+    trainer.save_checkpoint(ckpt)
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.resumed.safetensors")
+    assert card["global_step"] == 3 and card["recipe"]["pretrained_sha256"] == digest
+    # a checkpoint from before the record: the card says the digest is unknown, and the line names no digest
+    held = torch.load(ckpt, weights_only=False)
+    del held["start_weights"]
+    torch.save(held, ckpt)
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.old.safetensors")
+    assert card["recipe"]["pretrained_sha256"].startswith("unknown")
+    markdown = (tmp_path / "crate_nano_patch4_32.old.md").read_text()
+    assert f"starting from the weights of `{start}` (the epochs it took" in markdown

@@ -27,6 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, create_classifier, read_checkpoint
+from crate.run.record import start_weights
 
 from .layer_objective import LayerObjective
 from .mixed_loss import mixed_loss
@@ -211,6 +212,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             kwargs["drop_path_rate"] = hp.drop_path_rate
         if hp.pretrained_file is not None:
             held = read_checkpoint(hp.pretrained_file).num_classes
+            self.start_weights = start_weights(hp.pretrained_file)  # which weights, should the path change later
             kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=hp.pretrained_file, num_classes=held or 0))
         model = create_classifier(hp.model_name, hp.num_classes, hp.in_chans, hp.img_size, **kwargs)
         if hp.freeze_backbone:
@@ -315,8 +317,10 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         return {"probabilities": self.evaluated_model()(images).softmax(dim=-1), "labels": labels}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes)."""
+        """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes); keep
+        the record of the file the run's weights started from."""
         self.refuse_misfit(checkpoint.get("state_dict", {}), checkpoint.get("hyper_parameters", {}))
+        self.keep_start_weights(checkpoint)
 
     def refuse_misfit(self, state_dict: Mapping[str, torch.Tensor], saved: Mapping[str, Any]) -> None:
         """Raise :class:`CheckpointError` where a tensor of ``state_dict`` (this module's key names) has another

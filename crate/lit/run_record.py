@@ -9,7 +9,15 @@ from typing import Any
 import lightning as L
 
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
-from crate.run.record import DATA_CONFIG_KEY, DATA_IDENTITY_KEY, MODULE_KEY, PROGRAMS, UPDATE_BATCH_KEY, module_kind
+from crate.run.record import (
+    DATA_CONFIG_KEY,
+    DATA_IDENTITY_KEY,
+    MODULE_KEY,
+    PROGRAMS,
+    START_WEIGHTS_KEY,
+    UPDATE_BATCH_KEY,
+    module_kind,
+)
 
 __all__ = ["PROGRAMS", "RunRecord", "module_kind", "update_batch"]
 
@@ -32,10 +40,16 @@ class RunRecord:
     classes, split sizes, image size and channels), which a resume is checked against as it is against the images
     of an optimizer step (batch size, processes, accumulated batches), the class names in label order (what
     ``timm.create_model`` gives the model as ``pretrained_cfg['label_names']``) and the data's evaluation
-    transform (mean, std, interpolation, crop: what ``resolve_data_config`` then gives)."""
+    transform (mean, std, interpolation, crop: what ``resolve_data_config`` then gives). A module whose weights
+    started from a file sets ``start_weights`` (:func:`crate.run.record.start_weights`): its checkpoints record that
+    file's path and sha256, and a resumed run keeps the record of the run's start."""
+
+    start_weights: dict[str, str] | None = None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__
+        if self.start_weights is not None:
+            checkpoint[START_WEIGHTS_KEY] = self.start_weights
         trainer = getattr(self, "_trainer", None)
         datamodule = getattr(trainer, "datamodule", None)
         if trainer is not None and (step := update_batch(trainer, datamodule))["batch_size"]:
@@ -50,3 +64,10 @@ class RunRecord:
                 checkpoint[LABEL_NAMES_KEY] = list(identity["classes"])
         if hasattr(datamodule, "eval_transform"):  # how its images become the tensors validation reads
             checkpoint[EVAL_TRANSFORM_KEY] = datamodule.eval_transform()
+
+    def keep_start_weights(self, checkpoint: dict[str, Any]) -> None:
+        """On a resume: the start file's record is the checkpoint's (the file at that path may have been replaced
+        since the run started); none where the checkpoint predates the record."""
+        if self.start_weights is not None:
+            recorded = checkpoint.get(START_WEIGHTS_KEY)
+            self.start_weights = dict(recorded) if isinstance(recorded, dict) else None

@@ -9,6 +9,7 @@ holds the file's entries as written), so the rest of the package never reads tho
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ __all__ = [
     "DATA_IDENTITY_KEY",
     "MODULE_KEY",
     "PROGRAMS",
+    "START_WEIGHTS_KEY",
     "UPDATE_BATCH_KEY",
     "FileRecord",
     "module_kind",
     "read_record",
     "run_config",
     "run_config_file",
+    "start_weights",
 ]
 
 MODULE_KEY = "crate_module"  # the LightningModule class that wrote a checkpoint
@@ -38,6 +41,7 @@ DATA_CONFIG_KEY = "data_config"  # the run's data section: class_path, init_args
 DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, classes, split sizes, size, channels
 BASELINE_KEY = "classical_baseline"  # the classical models' scores on the run's own split
 UPDATE_BATCH_KEY = "update_batch"  # the images of an optimizer step: batch_size, processes, accumulate
+START_WEIGHTS_KEY = "start_weights"  # the file a run's weights started from (--model.pretrained_file): path, sha256
 
 # the command that trains each module kind, for messages
 PROGRAMS = {
@@ -66,6 +70,14 @@ class FileRecord:
     # the images of an optimizer step as {"batch_size", "processes", "accumulate"} (per process, how many, and
     # batches accumulated): their product is what each update of the run averaged its gradient over
     update_batch: dict[str, int] | None = None
+    # the file the run's weights started from, as {"path", "sha256"} (its contents when the run started), or None
+    start_weights: dict[str, str] | None = None
+
+
+def start_weights(path: str | Path) -> dict[str, str]:
+    """The record of the file a run's weights start from: the path as given and the sha256 of its contents then,
+    which still tells which weights they were after the file at that path is replaced."""
+    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
 
 
 def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
@@ -155,7 +167,15 @@ def read_record(held: Checkpoint) -> FileRecord:
         peak_lr=_peak_lr(record),
         planned_steps=_planned_steps(record),
         update_batch=_update_batch(record.get(UPDATE_BATCH_KEY)),
+        start_weights=_start_weights(record.get(START_WEIGHTS_KEY)),
     )
+
+
+def _start_weights(value: Any) -> dict[str, str] | None:
+    """A recorded start file with its path and sha256 as strings, None otherwise."""
+    if not isinstance(value, Mapping) or not all(isinstance(value.get(key), str) for key in ("path", "sha256")):
+        return None
+    return {"path": value["path"], "sha256": value["sha256"]}
 
 
 def _update_batch(value: Any) -> dict[str, int] | None:

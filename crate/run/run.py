@@ -12,10 +12,12 @@ from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from .held_out import describe_data
 from .record import FileRecord, module_kind, read_record, run_config, run_config_file
 
-__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "Run"]
+__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "UNKNOWN_START_DIGEST", "Run"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
+# what a card says of the start file's contents where the checkpoint predates their record
+UNKNOWN_START_DIGEST = "unknown (the checkpoint records no sha256 of the file its run started from)"
 # the module's hyper-parameters that make up a card's recipe (with the data section's settings)
 RECIPE_KEYS = ("optimizer", "lr", "min_lr_ratio", "weight_decay", "betas", "layer_decay", "warmup_epochs")
 RECIPE_KEYS += ("label_smoothing", "drop_path_rate", "ema_decay", "mixup_alpha", "cutmix_alpha")
@@ -128,6 +130,8 @@ class Run:
         recipe = {k: hp[k] for k in RECIPE_KEYS if hp.get(k) is not None}
         if hp.get("pretrained_file"):  # a fine-tune or a further cycle: its epochs are counted from those weights
             recipe["pretrained_file"] = hp["pretrained_file"]
+            start = self.record.start_weights
+            recipe["pretrained_sha256"] = start["sha256"] if start else UNKNOWN_START_DIGEST
         if hp.get("objective_weight"):  # the layer-objective term, where a run trained with it
             recipe["objective_weight"] = hp["objective_weight"]
             recipe["objective_images"] = hp.get("objective_images", 8)  # 8: runs from before it was a setting
