@@ -76,6 +76,7 @@ def test_sigterm_mid_epoch_writes_a_checkpoint_and_the_resumed_run_ends_bitwise_
     # the interrupted epoch's training figures cover all of its 23 batches, as the uninterrupted run's do
     whole, cut = _train_figures(uninterrupted.parent.parent), _train_figures(_run_dir(tmp_path).parent)
     assert sorted(whole) == sorted(cut) == [0, 1]
+    assert _rows_with(_run_dir(tmp_path).parent, "time/epoch_s") == [0, 1]  # the epoch resumed into, too
     for epoch in whole:
         assert cut[epoch][0] == whole[epoch][0]  # accuracy: counts of samples, exact
         assert cut[epoch][1] == pytest.approx(whole[epoch][1], rel=1e-6)  # mean loss: a float sum in two parts
@@ -344,6 +345,14 @@ def _train_figures(run_folder: Path) -> dict[int, tuple[str, float]]:
     return {int(row["epoch"]): (row["train/acc"], float(row["train/loss_epoch"])) for row in rows}
 
 
+def _rows_with(run_folder: Path, key: str) -> list[int]:
+    """The epochs of a run's metrics.csv rows that hold ``key``, in order (an epoch logged twice is listed twice)."""
+    import csv
+
+    with open(run_folder / "metrics.csv") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f) if row.get(key)]
+
+
 def _val_figures(run_folder: Path) -> dict[int, str]:
     """Each epoch's logged val/acc in a run's metrics.csv, as written."""
     import csv
@@ -358,7 +367,8 @@ def test_sigterm_while_validating_resumes_into_the_whole_validation_of_that_epoc
     """SIGTERM after the first validation batch of epoch 0: the training batches of that epoch are done and
     its validation is not. Lightning restores such a checkpoint as one saved after validation and would skip
     that epoch's validation (no val/acc for it, and "best" never sees it); the resumed run validates it over
-    the whole val split and logs what the uninterrupted run logged."""
+    the whole val split and logs what the uninterrupted run logged, that epoch's training figures and time
+    included (no training step of it runs in the resumed process)."""
     kill = _extra_config(tmp_path, "kill", [{"class_path": "helpers.SignalInValidation", "init_args": {"epoch": 0}}])
     first = run_train("fit", "--config", DEFAULT, "--config", kill, *SHORT, "--log_root", str(tmp_path))
     interrupted = _run_dir(tmp_path) / "interrupted-epoch000-step000023.ckpt"
@@ -367,6 +377,12 @@ def test_sigterm_while_validating_resumes_into_the_whole_validation_of_that_epoc
     reference = _val_figures(uninterrupted.parent.parent)
     assert sorted(reference) == [0, 1]
     assert _val_figures(_run_dir(tmp_path).parent) == reference
+    whole, cut = _train_figures(uninterrupted.parent.parent), _train_figures(_run_dir(tmp_path).parent)
+    assert sorted(cut) == [0, 1] and _rows_with(_run_dir(tmp_path).parent, "train/acc") == [0, 1]
+    for epoch in whole:
+        assert cut[epoch][0] == whole[epoch][0]  # accuracy: counts of samples, exact
+        assert cut[epoch][1] == pytest.approx(whole[epoch][1], rel=1e-6)
+    assert _rows_with(_run_dir(tmp_path).parent, "time/epoch_s") == [0, 1]
     final, whole = _weights(_run_dir(tmp_path) / "last.ckpt"), _weights(uninterrupted)
     for key in whole:
         assert torch.equal(whole[key], final[key]), f"{key} differs after resume"

@@ -18,6 +18,14 @@ def _held_metrics(pl_module: L.LightningModule) -> dict[str, Metric]:
     return dict(getattr(pl_module, "train_epoch_metrics", None) or {})
 
 
+def _merge(metrics: dict[str, Metric], states: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Add a checkpoint's sums to the metrics of the same names, on each metric's device."""
+    for name, state in states.items():
+        if name in metrics:
+            device = next(iter(metrics[name].metric_state.values())).device
+            metrics[name].merge_state({key: value.to(device) for key, value in state.items()})
+
+
 class EpochFiguresOnResume(Callback):
     """A run resumed k batches into an epoch reports that epoch's ``train/acc`` and ``train/loss_epoch`` over all
     of its batches, as the uninterrupted run does, not over the batches after the resume only.
@@ -27,6 +35,11 @@ class EpochFiguresOnResume(Callback):
     epoch (SIGTERM, a save every N steps) carries them where they count exactly the batches the checkpoint counts
     as done, and after the resumed run's first batch they are added back (a sum of sums, so exact). Nothing is
     done at a training step: the check at the save is each metric's count of updates.
+
+    A checkpoint written while the fit validates (an interrupt after the epoch's last training batch) carries
+    the whole epoch's sums, with the module attribute of each metric: the resumed run validates that epoch again
+    and runs no training step in it, so nothing would hand Lightning the metrics; at the epoch's end they are
+    restored and logged instead.
 
     No sums are carried where they would be wrong: with several processes (each holds its own share's sums and
     one process writes the checkpoint), or for a Ctrl-C inside a step after its update (the resumed run repeats
@@ -51,14 +64,25 @@ class EpochFiguresOnResume(Callback):
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
-        if pending["epoch"] != trainer.current_epoch:
+        if pending["epoch"] != trainer.current_epoch or pending.get("whole"):
             return
-        metrics = _held_metrics(pl_module)
-        for name, states in pending["states"].items():
-            if name in metrics:
-                device = next(iter(metrics[name].metric_state.values())).device
-                metrics[name].merge_state({key: value.to(device) for key, value in states.items()})
+        _merge(_held_metrics(pl_module), pending["states"])
         self._restored = pending["batches"]
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pending = self._pending
+        if pending is None or not pending.get("whole") or pending["epoch"] != trainer.current_epoch:
+            return
+        self._pending = None  # resumed in this epoch's validation: no step ran here, so log the restored sums
+        metrics = {}
+        for name, attribute in pending["modules"].items():
+            metric = pl_module.get_submodule(attribute)
+            if isinstance(metric, Metric) and metric.update_count == 0:
+                metrics[name] = metric
+        _merge(metrics, pending["states"])
+        for name, metric in metrics.items():
+            pl_module.log(f"train/{name}", metric.compute(), on_step=False, on_epoch=True)
+            metric.reset()
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
@@ -67,8 +91,9 @@ class EpochFiguresOnResume(Callback):
         progress = trainer.fit_loop.epoch_loop.batch_progress
         done = progress.current.processed
         metrics = _held_metrics(trainer.lightning_module)
-        if progress.is_last_batch or done == 0 or not metrics:
-            return {}
+        whole = bool(progress.is_last_batch)
+        if done == 0 or not metrics or (whole and not (trainer.validating and trainer.state.fn == "fit")):
+            return {}  # none run yet, or the epoch's end outside validation (its figures are logged already)
         if any(metric.update_count != done - self._restored for metric in metrics.values()):
             return {}  # a step interrupted after its update, or sums not carried into this epoch: none is exact
         states = {}
@@ -77,7 +102,11 @@ class EpochFiguresOnResume(Callback):
             if not all(isinstance(value, torch.Tensor) for value in state.values()):
                 return {}  # list states (concatenated samples) are not carried
             states[name] = {key: value.detach().cpu().clone() for key, value in state.items()}
-        return {"epoch": trainer.current_epoch, "batches": done, "states": states}
+        held = {"epoch": trainer.current_epoch, "batches": done, "states": states}
+        if whole:  # the attribute of each metric: in the resumed run no step names them
+            attributes = {id(module): attribute for attribute, module in trainer.lightning_module.named_modules()}
+            held.update(whole=True, modules={name: attributes[id(metric)] for name, metric in metrics.items()})
+        return held
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         progress = (checkpoint.get("loops") or {}).get("fit_loop", {}).get("epoch_loop.batch_progress") or {}
