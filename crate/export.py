@@ -17,7 +17,6 @@ fine-tune it first.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -40,7 +39,7 @@ from crate.interpret.frozen_features import frozen_feature_scores, same_inputs
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
-from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, read_checkpoint
+from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, file_sha256, read_checkpoint
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
@@ -335,7 +334,7 @@ def _card(
         "recipe": run.recipe(),
         "file": weights.name,
         "dtype": dtype,
-        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "sha256": file_sha256(weights),
         "load": load_line(*load),
         "train_command": train_command or f"# trained with the LightningCLI config {run.config_file}",
         "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
@@ -422,7 +421,7 @@ def _write_hub_card(card: dict[str, Any], hub: Path) -> None:
         load=f'timm.create_model("local-dir:{hub}", pretrained=True)',
         file=weights.name,
         dtype="float32",
-        sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
+        sha256=file_sha256(weights),
     )
     (hub / "README.md").write_text(hub_card(folder_card))
 

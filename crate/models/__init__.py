@@ -2,7 +2,7 @@
 
 from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
 from .cbt import cbt_block
-from .checkpoint import Checkpoint, read_checkpoint
+from .checkpoint import Checkpoint, file_sha256, read_checkpoint
 from .compact import COMPACT_SHAPES, CompactViT
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
@@ -35,6 +35,7 @@ __all__ = [
     "ViTTwin",
     "check_model_name",
     "create_classifier",
+    "file_sha256",
     "hub_weights",
     "is_hub_name",
     "checkpoint_filter_fn",

@@ -26,6 +26,7 @@ has N classes (a mismatch is an error); to fine-tune a file with M classes on N,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import warnings
@@ -48,6 +49,7 @@ __all__ = [
     "LABEL_NAMES_KEY",
     "Checkpoint",
     "CheckpointError",
+    "file_sha256",
     "pretrained_kwargs",
     "read_checkpoint",
 ]
@@ -250,6 +252,13 @@ def _load(path: Path) -> tuple[Mapping[str, Any], str, dict[str, Any], dict[str,
         record = {key: value for key, value in loaded.items() if key != "state_dict"}
         return loaded, "lightning", _lightning_hparams(loaded), record
     return loaded, "torch", {}, {}
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes as hex, read in chunks: the checksum a card gives for its weights file and a
+    run records for the file its weights started from."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:

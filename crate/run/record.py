@@ -9,7 +9,6 @@ holds the file's entries as written), so the rest of the package never reads tho
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from crate.models import Checkpoint
+from crate.models import Checkpoint, file_sha256
 
 __all__ = [
     "BASELINE_KEY",
@@ -77,7 +76,7 @@ class FileRecord:
 def start_weights(path: str | Path) -> dict[str, str]:
     """The record of the file a run's weights start from: the path as given and the sha256 of its contents then,
     which still tells which weights they were after the file at that path is replaced."""
-    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    return {"path": str(path), "sha256": file_sha256(path)}
 
 
 def _planned_steps(loaded: Mapping[str, Any]) -> int | None:
