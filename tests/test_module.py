@@ -182,6 +182,30 @@ def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> No
         assert torch.equal(value, ema[key]), key
 
 
+def test_ema_decay_warms_up_to_its_cap_over_optimizer_steps() -> None:
+    """The average after optimizer step n is ``d * ema + (1 - d) * live`` with ``d = min(ema_decay, 1 - n**(-2/3))``:
+    the first step copies the weights, and ``ema_decay`` is a cap reached only at step ``(1 - ema_decay)**-1.5``
+    (the documented warm-up); recomputed here in float64 from the live weights after each step."""
+    cap = 0.55  # steps 2 and 3 decay by the warm-up (0.370, 0.519), steps 4 and 5 by the cap
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=cap)
+    live: list[dict[str, torch.Tensor]] = []
+
+    class RecordLive(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            live.append({k: v.detach().double().clone() for k, v in pl_module.model.state_dict().items()})
+
+    _fit(module, steps=5, callbacks=[RecordLive()])
+    expected = {k: v.clone() for k, v in live[0].items()}
+    for n, weights in enumerate(live[1:], start=2):
+        decay = min(cap, 1.0 - n ** (-2.0 / 3.0))
+        for key, value in weights.items():
+            expected[key] = decay * expected[key] + (1.0 - decay) * value
+    ema = module.model_ema.module.state_dict()
+    assert any(not torch.allclose(expected[k], live[-1][k]) for k in expected)  # the average is not the live weights
+    for key, value in expected.items():
+        torch.testing.assert_close(ema[key].double(), value, rtol=1e-5, atol=1e-6, msg=key)
+
+
 def test_mixup_batches_train_on_soft_targets_and_odd_batches_on_hard_ones() -> None:
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, mixup_alpha=0.2, cutmix_alpha=1.0)
     calls = {"soft": 0, "hard": 0}

@@ -103,8 +103,10 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             the term then costs at most 1.3x one without it, in fp32 and bf16, ``benchmarks/layer_objective_cost.py``;
             with 2 images the term still makes every layer beat its nulls, ``docs/objective_tradeoff.md``).
         drop_path_rate: stochastic depth, growing linearly to this rate over the blocks.
-        ema_decay: decay of the exponential moving average of the weights (e.g. 0.999), None for none;
-            validation and test use the average.
+        ema_decay: the highest decay of the exponential moving average of the weights (e.g. 0.999), None for
+            none; validation and test use the average. The decay warms up as timm's ``ModelEmaV3`` with
+            ``use_warmup``: at optimizer step n it is ``min(ema_decay, 1 - n**(-2/3))``, so it reaches 0.999 only
+            at step 31,623 and 0.9998 at step 353,554.
         mixup_alpha: Beta parameter of Mixup (0 disables it).
         cutmix_alpha: Beta parameter of CutMix (0 disables it).
         mixup_prob: the share of batches mixed.
