@@ -182,19 +182,23 @@ def test_ema_is_validated_checkpointed_and_what_timm_loads(tmp_path: Path) -> No
         assert torch.equal(value, ema[key]), key
 
 
-def test_ema_decay_warms_up_to_its_cap_over_optimizer_steps() -> None:
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_ema_decay_warms_up_to_its_cap_over_optimizer_steps(accumulate: int) -> None:
     """The average after optimizer step n is ``d * ema + (1 - d) * live`` with ``d = min(ema_decay, 1 - n**(-2/3))``:
     the first step copies the weights, and ``ema_decay`` is a cap reached only at step ``(1 - ema_decay)**-1.5``
-    (the documented warm-up); recomputed here in float64 from the live weights after each step."""
+    (the documented warm-up); recomputed here in float64 from the live weights after each optimizer step, once
+    per step under gradient accumulation too."""
     cap = 0.55  # steps 2 and 3 decay by the warm-up (0.370, 0.519), steps 4 and 5 by the cap
     module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=cap)
     live: list[dict[str, torch.Tensor]] = []
 
     class RecordLive(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            live.append({k: v.detach().double().clone() for k, v in pl_module.model.state_dict().items()})
+            if (batch_idx + 1) % accumulate == 0:  # the batches that end with an optimizer step
+                live.append({k: v.detach().double().clone() for k, v in pl_module.model.state_dict().items()})
 
-    _fit(module, steps=5, callbacks=[RecordLive()])
+    _fit(module, steps=5 * accumulate, callbacks=[RecordLive()], accumulate_grad_batches=accumulate)
+    assert module.global_step == len(live) == 5
     expected = {k: v.clone() for k, v in live[0].items()}
     for n, weights in enumerate(live[1:], start=2):
         decay = min(cap, 1.0 - n ** (-2.0 / 3.0))

@@ -171,6 +171,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for
             # validation and back afterwards, and does not warn that part of the module starts training in eval
             self.model_ema.train(self.training)
+        self._averaged_step = 0  # the optimizer step whose weights the average last took in
         # after the moving average's copy: only the trained model's forward is hooked
         self.layer_objective = LayerObjective(self.model, max_images=objective_images) if objective_weight > 0 else None
         self.mixup = None
@@ -283,9 +284,15 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         self.train_objective_mean.update(term.detach().expand(batch_size))
         return loss + self.hparams.objective_weight * term
 
+    def on_train_start(self) -> None:
+        self._averaged_step = self.global_step  # a resumed average already holds this step's weights
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.model_ema is not None:
+        # once per optimizer step, as timm's training loop averages: under gradient accumulation the weights
+        # change on a window's last batch only, and averaging them at every batch would shorten the average
+        if self.model_ema is not None and self.global_step != self._averaged_step:
             self.model_ema.update(self.model, step=self.global_step)
+            self._averaged_step = self.global_step
 
     def evaluated_model(self) -> nn.Module:
         """The weights validation, test and predict measure: the moving average when it is on."""
