@@ -16,7 +16,7 @@
 # (crate_alpha_cct_lr2e3: CRATE-alpha's at lr 2e-3, *_seed1 its second seed); crate_cct_lr2e3_policy35 the policy
 # for the first 35 epochs only; crate_alpha_cct_lr2e3_depth4 and crate_alpha_cct_lr2e3_width152 spend the rest of
 # a 0.7 M budget on CRATE-alpha's depth or width; crate_alpha_cct_lr2e3_ema adds a moving average of the weights
-# (ema_decay 0.999: about 13 of the 50 epochs, the share that 0.9998 spans on all of CIFAR-10) and
+# (ema_decay 0.999, a cap the warm-up never reaches in 3,950 steps: the decay ends at 0.996, about 3 epochs) and
 # crate_alpha_cct_lr2e3_bs64 halves the batch (twice the steps an epoch, the same rate);
 # crate_cct_full trains on all of CIFAR-10's training split (data/cifar10) for as long as the
 # CPU is given, resuming from its last checkpoint each time it is started; crate_cct_w152_full does the same for
