@@ -98,6 +98,25 @@ def test_a_run_with_patch_dropout_exports_the_plain_model_and_records_the_rate(t
     assert card["val_accuracy"] == pytest.approx(expected, abs=1e-9)
 
 
+@pytest.mark.parametrize("cap", [0.999, 0.5])
+def test_a_card_gives_the_decay_its_moving_average_ended_at(cap: float, tmp_path: Path) -> None:
+    """``ema_decay`` is the warm-up's cap; the card also says where the decay stood at the file's last step,
+    ``min(cap, 1 - n**(-2/3))`` after n optimizer steps (0.7076 after 5: under 0.999, over 0.5)."""
+    module = ImageClassifier("crate_nano_patch4_32", 10, in_chans=1, img_size=32, warmup_epochs=0, ema_decay=cap)
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DigitsDataModule(batch_size=32))
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trainer.save_checkpoint(ckpt)
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.test.safetensors", measure=False)
+    expected = min(cap, 1.0 - 5 ** (-2.0 / 3.0))
+    assert card["global_step"] == 5 and card["recipe"]["ema_decay"] == cap
+    assert card["recipe"]["ema_decay_last"] == pytest.approx(expected, abs=1e-6)
+    assert (
+        f"| ema_decay_last | {card['recipe']['ema_decay_last']} |"
+        in (tmp_path / "crate_nano_patch4_32.test.md").read_text()
+    )
+
+
 def test_export_refuses_bad_checkpoints_with_a_clear_message(tmp_path: Path, capsys) -> None:
     torch.save({"weights": torch.zeros(3)}, tmp_path / "plain.pth")
     (tmp_path / "broken.ckpt").write_bytes(b"not a checkpoint")

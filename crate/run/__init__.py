@@ -14,7 +14,7 @@ from .held_out import (
 )
 from .model import build_model
 from .record import PROGRAMS, FileRecord, module_kind, read_record
-from .run import UNKNOWN_RUN_SETTING, Run
+from .run import UNKNOWN_RUN_SETTING, Run, ema_decay_at
 
 __all__ = [
     "PROGRAMS",
@@ -24,6 +24,7 @@ __all__ = [
     "build_model",
     "datamodule_from_config",
     "describe_data",
+    "ema_decay_at",
     "held_out_accuracy",
     "held_out_set",
     "held_out_topk",
