@@ -285,6 +285,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         return loss + self.hparams.objective_weight * term
 
     def on_train_start(self) -> None:
+        super().on_train_start()  # the schedule's own start (a resume onto more epochs anneals over them)
         self._averaged_step = self.global_step  # a resumed average already holds this step's weights
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
