@@ -19,7 +19,6 @@ import torch
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.optim import list_optimizers
-from timm.utils import ModelEmaV3
 from torch import nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -28,6 +27,7 @@ from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
 from crate.models import CheckpointError, create_classifier, read_checkpoint
 from crate.run.record import start_weights
+from crate.run.weight_average import weight_average
 
 from .layer_objective import LayerObjective
 from .mixed_loss import mixed_loss
@@ -165,7 +165,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         _check_settings(self.hparams)
         self.model = self._build_model()
         # the average is a submodule: checkpointed with the run, never optimised (it has no gradients)
-        self.model_ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=True) if ema_decay is not None else None
+        self.model_ema = weight_average(self.model, ema_decay) if ema_decay is not None else None
         if self.model_ema is not None:
             self.model_ema.requires_grad_(False)  # DDP would otherwise count its parameters as unused
             # timm leaves the copy in eval mode; in the module's mode instead, Lightning puts it in eval for

@@ -2,7 +2,7 @@
 its recipe, its held-out data, its label names), read once, for export, the white-box report, the results table
 and the benchmarks alike. Here too: what a file records of its run and under which keys (``record``), the checks
 that a resume or an evaluation gets the data the run was trained on (``resume_check``), and the split the run held
-out (``held_out``)."""
+out (``held_out``); and the moving average of its weights (``weight_average``)."""
 
 from .held_out import (
     datamodule_from_config,
@@ -14,7 +14,8 @@ from .held_out import (
 )
 from .model import build_model
 from .record import PROGRAMS, FileRecord, module_kind, read_record
-from .run import UNKNOWN_RUN_SETTING, Run, ema_decay_at
+from .run import UNKNOWN_RUN_SETTING, Run
+from .weight_average import ema_decay_at, weight_average
 
 __all__ = [
     "PROGRAMS",
@@ -31,4 +32,5 @@ __all__ = [
     "module_kind",
     "read_record",
     "resolve_data",
+    "weight_average",
 ]

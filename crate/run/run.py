@@ -7,15 +7,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from timm.utils import ModelEmaV3
-from torch import nn
-
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 
 from .held_out import describe_data
 from .record import FileRecord, module_kind, read_record, run_config, run_config_file
+from .weight_average import ema_decay_at
 
-__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "UNKNOWN_START_DIGEST", "Run", "ema_decay_at"]
+__all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "UNKNOWN_START_DIGEST", "Run"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
 UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
@@ -35,12 +33,6 @@ def _flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def ema_decay_at(cap: float, step: int) -> float:
-    """The decay of the moving average's update at optimizer step ``step`` (``--model.ema_decay cap``): timm's
-    warmed-up ``ModelEmaV3`` schedule, ``min(cap, 1 - step**(-2/3))``, 0 at the first step (a copy)."""
-    return ModelEmaV3(nn.Linear(1, 1), decay=cap, use_warmup=True).get_decay(step)  # its own schedule
 
 
 @dataclass
