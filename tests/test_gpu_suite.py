@@ -15,10 +15,15 @@ from gpu_queue import load_queue
 from gpu_suite import AFTER_TRAINING_S, STARTUP_S
 
 REPO = Path(__file__).resolve().parents[1]
-# The committed records of the first member jobs that ran on a GPU: one stopped by the suite's kill, one finished.
+# The committed records of the member jobs that ran on a GPU: the first stopped by the suite's kill, the rest ran out.
 RECORDS = [
     REPO / "benchmarks" / "results" / "gpu_queue" / f"{job}.json"
-    for job in ("crate_cct4_200_epochs", "vit_cct4_200_epochs")
+    for job in (
+        "crate_cct4_200_epochs",
+        "vit_cct4_200_epochs",
+        "crate_cct4_200_epochs_lr2e3",
+        "crate_alpha_cct4_200_epochs_lr2e3",
+    )
 ]
 
 
