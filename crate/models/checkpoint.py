@@ -26,6 +26,7 @@ has N classes (a mismatch is an error); to fine-tune a file with M classes on N,
 from __future__ import annotations
 
 import argparse
+import contextvars
 import hashlib
 import json
 import re
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.models import get_pretrained_cfg
+from timm.models import get_pretrained_cfg, model_entrypoint
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 from .hub import folder_weights, hub_file, hub_weights_file
@@ -52,6 +53,7 @@ __all__ = [
     "file_sha256",
     "pretrained_kwargs",
     "read_checkpoint",
+    "weights_file",
 ]
 
 _LIGHTNING_HPARAMS = ("model_name", "num_classes", "in_chans", "img_size", "model_kwargs")
@@ -301,9 +303,13 @@ def _cfg_value(cfg: Any, key: str) -> Any:
     return getattr(cfg, key, None) if not isinstance(cfg, Mapping) else cfg.get(key)
 
 
-def _file_of(kwargs: Mapping[str, Any], variant: str) -> str | None:
-    """The weights file a call asks for: the overlay's file, a hub folder's weights (``local-dir:DIR``), a
-    hub repository's file (``hf-hub:org/name``, or a tag with ``hf_hub_id``), or a tag's own file."""
+def weights_file(variant: str, kwargs: Mapping[str, Any]) -> str | None:
+    """The weights file ``timm.create_model(variant, pretrained=True, **kwargs)`` reads: the overlay's file, a hub
+    folder's weights (``local-dir:DIR``), a hub repository's file (``hf-hub:org/name``, or a tag with
+    ``hf_hub_id``), or a tag's own file. ``variant`` may name its tag (``crate_nano_patch4_32.digits``)."""
+    variant, _, tag = variant.partition(".")
+    if tag and "pretrained_cfg" not in kwargs:
+        kwargs = {**kwargs, "pretrained_cfg": tag}
     overlay = kwargs.get("pretrained_cfg_overlay") or {}
     if isinstance(overlay, Mapping) and overlay.get("file"):
         return overlay["file"]
@@ -329,11 +335,44 @@ def _pair(size: Any) -> tuple[int, int]:
     return (int(size), int(size)) if isinstance(size, (int, float)) else (int(size[0]), int(size[1]))
 
 
+class _Settings(Exception):
+    """Raised with the keyword arguments a registered model function hands its family's builder."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        super().__init__("settings read")
+        self.kwargs = kwargs
+
+
+_READING_SETTINGS = contextvars.ContextVar("reading_settings", default=False)
+
+
+def _variant_settings(variant: str) -> dict[str, Any]:
+    """The build settings a zoo model name gives its family's builder of its own (``num_heads``, ``depth``...):
+    what a caller's value is told apart from. The registered function is called without arguments and stopped
+    at :func:`pretrained_kwargs`, before anything is built; a name outside the zoo has none."""
+    token = _READING_SETTINGS.set(True)
+    try:
+        model_entrypoint(variant)(pretrained=False)
+    except _Settings as read:
+        return read.kwargs
+    finally:
+        _READING_SETTINGS.reset(token)
+    return {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal settings, a JSON record's lists read as the tuples a caller passes."""
+    return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
+
+
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the input channels and image size the file records where the caller gave none, so a
-    file is built at the size it was trained at, as its ``num_classes`` is. Where the caller asks for other
-    values, the weights are adapted (input channels folded, position embedding resampled) and one warning
-    line names both values: the model then sees inputs its weights never saw."""
+    """``kwargs`` with the input channels, image size and other build settings the file records where the caller
+    gave none, so a file is built as it was trained, as its ``num_classes`` is. The settings that leave every
+    weight's shape as it is (the ISTA step's ``lambd`` and ``step_size``, ``num_heads`` at a fixed width) would
+    otherwise give a model that loads without an error and computes another function. Where the caller asks for
+    another input size or channels, the weights are adapted (input channels folded, position embedding
+    resampled); where it asks for another setting, the model is built as asked. Either way one warning line
+    names both values: the model then is not the one the weights were trained in."""
     patch = kwargs.get("patch_size")
     patch = _pair(patch) if patch is not None else None
     first_conv = _cfg_value(_tag_cfg(kwargs, variant), "first_conv") or "patch_embed.proj"
@@ -355,6 +394,20 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
                 UserWarning,
                 stacklevel=4,
             )
+    own = _variant_settings(variant)
+    for key, value in checkpoint.architecture_kwargs.items():  # the run's model_kwargs (a zoo run's file only)
+        if key in recorded or key == "num_classes":
+            continue
+        if key not in kwargs or (key in own and _same(kwargs[key], own[key])):  # the name's own: not asked for
+            built[key] = value
+        elif not _same(kwargs[key], value):
+            warnings.warn(
+                f"{checkpoint.path} was trained with {key}={value!r}; building {variant} with {key}={kwargs[key]!r} "
+                f"as asked, which is not the model its weights were trained in; leave {key} out to build it as "
+                "trained",
+                UserWarning,
+                stacklevel=4,
+            )
     return built
 
 
@@ -371,7 +424,9 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     records (``label_names``) and the evaluation transform its run used (mean, std, interpolation, crop), so that
     timm's transform of the run's images gives the tensors its accuracy was measured on.
     """
-    path = _file_of(kwargs, variant) if pretrained else None
+    if _READING_SETTINGS.get():
+        raise _Settings(dict(kwargs))
+    path = weights_file(variant, kwargs) if pretrained else None
     if path is None:
         overlay = kwargs.get("pretrained_cfg_overlay") or {}
         if pretrained and not (isinstance(overlay, Mapping) and overlay.get("state_dict") is not None):

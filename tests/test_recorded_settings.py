@@ -1,0 +1,83 @@
+"""A zoo run's file records the settings its model was built with (``model_kwargs``); loading it through timm
+builds that model, including the settings that leave every weight's shape as it is (the ISTA step's ``lambd``
+and ``step_size``, the number of MSSA subspaces at a fixed width), which would otherwise load without an error
+and compute another function."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+import crate  # noqa: F401
+from benchmarks.official_layouts import perturb_
+from crate.lit import ImageClassifier
+
+CASES = [
+    ("crate_nano_patch4_32", {"lambd": 1.0, "num_heads": 2}),  # the name's own: 4 subspaces, lambd 0.1
+    ("crate_alpha_nano_patch4_32", {"step_size": 0.3}),
+]
+
+
+def _trained(name: str, settings: dict[str, Any]) -> torch.nn.Module:
+    return perturb_(timm.create_model(name, num_classes=10, **settings)).eval()
+
+
+def _exported(path: Path, name: str, model: torch.nn.Module, settings: dict[str, Any]) -> Path:
+    """The layout ``crate.export`` writes: weights, and the architecture in the metadata."""
+    config = {"num_classes": 10, "in_chans": 3, "img_size": 32, "model_kwargs": settings}
+    metadata = {"model_name": name, "format": "pt", "model_config": json.dumps(config)}
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata=metadata)
+    return path
+
+
+def _lightning(path: Path, name: str, model: torch.nn.Module, settings: dict[str, Any]) -> Path:
+    """A training checkpoint's layout: weights under ``state_dict``, the module's settings beside them."""
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    hyper = {"model_name": name, "num_classes": 10, "img_size": 32, "model_kwargs": settings}
+    torch.save({"state_dict": state, "hyper_parameters": hyper}, path)
+    return path
+
+
+def _logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("write", [_exported, _lightning])
+@pytest.mark.parametrize(("name", "settings"), CASES)
+def test_a_file_is_built_with_the_settings_it_records(tmp_path: Path, write, name: str, settings: dict) -> None:
+    trained = _trained(name, settings)
+    path = write(tmp_path / "run.file", name, trained, settings)
+    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)))
+    assert torch.equal(_logits(loaded), _logits(trained))
+    default = timm.create_model(name, num_classes=10)  # the same weights under the name's own settings
+    default.load_state_dict(trained.state_dict())
+    assert (_logits(default) - _logits(trained)).abs().max() > 1e-3  # the settings change the function
+
+
+def test_another_setting_asked_for_is_built_as_asked_and_said(tmp_path: Path) -> None:
+    name, settings = CASES[0]
+    trained = _trained(name, settings)
+    path = _exported(tmp_path / "run.safetensors", name, trained, settings)
+    with pytest.warns(UserWarning, match=r"trained with lambd=1\.0; building crate_nano_patch4_32 with lambd=0\.5"):
+        asked = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), lambd=0.5)
+    built = timm.create_model(name, num_classes=10, **dict(settings, lambd=0.5))
+    built.load_state_dict(trained.state_dict())
+    assert torch.equal(_logits(asked), _logits(built))
+
+
+def test_a_run_from_such_a_file_records_its_settings_so_its_own_files_build_it_again(tmp_path: Path) -> None:
+    """Fine-tuning from the file builds its model; the run's hyper-parameters, which its checkpoints and
+    exports record, name the settings the file gave."""
+    name, settings = CASES[0]
+    trained = _trained(name, settings)
+    path = _exported(tmp_path / "start.safetensors", name, trained, settings)
+    module = ImageClassifier(name, num_classes=10, img_size=32, pretrained_file=str(path))
+    assert module.hparams.model_kwargs == settings
+    assert torch.equal(_logits(module.model), _logits(trained))
