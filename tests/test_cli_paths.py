@@ -500,9 +500,9 @@ def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, t
     without = cli_main([*base, *rest], run=False).config
     written = _leaves(yaml.safe_load(layer.read_text()))
     assert written
+    layered = _leaves(with_layer.as_dict())  # a dict setting's entries too (model_kwargs)
     for key, value in written.items():
-        assert with_layer[key] == value, key
-    layered = _leaves(with_layer.as_dict())
+        assert layered[key] == value, key
     for key, value in _leaves(without.as_dict()).items():
         if key not in written and key not in ("config", "log_root"):  # the files given, and where logs go
             assert layered.get(key) == value, key
