@@ -81,3 +81,45 @@ def test_a_run_from_such_a_file_records_its_settings_so_its_own_files_build_it_a
     module = ImageClassifier(name, num_classes=10, img_size=32, pretrained_file=str(path))
     assert module.hparams.model_kwargs == settings
     assert torch.equal(_logits(module.model), _logits(trained))
+
+
+def test_a_pretraining_file_is_read_as_an_encoder_unless_its_decoder_is_asked_for(tmp_path: Path) -> None:
+    """A masked-pretraining run records its decoder; the decoder is a part the file fills only where it is built,
+    so the model name's encoder reads the file without a word, and ``decoder_depth`` asked for builds it."""
+    import warnings
+
+    name = "crate_mae_nano_patch4_32"
+    trained = perturb_(timm.create_model(name, num_classes=0, decoder_depth=1)).eval()
+    path = _lightning(tmp_path / "pretrain.ckpt", name, trained, {"decoder_depth": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        encoder = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path), num_classes=0))
+    assert encoder.decoder_depth == 0
+    assert torch.equal(
+        encoder.forward_features(torch.ones(1, 3, 32, 32)), trained.forward_features(torch.ones(1, 3, 32, 32))
+    )
+    overlay = dict(file=str(path), num_classes=0)
+    pretraining = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay, decoder_depth=1)
+    assert pretraining.decoder_depth == 1
+
+
+def test_a_run_is_built_with_its_pooling_and_may_be_read_under_another_as_a_shipped_file_is(tmp_path: Path) -> None:
+    """The pooling a run trained with is its file's model's; asked for another, the pooling rule applies as it
+    does to a file without a record: a sequence-pooling file read with average pooling for features loads without
+    a word (its pooling weights left out)."""
+    import warnings
+
+    name, settings = "crate_nano_patch4_32", {"global_pool": "avg"}
+    trained = _trained(name, settings)
+    path = _exported(tmp_path / "avg.safetensors", name, trained, settings)
+    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)))
+    assert torch.equal(_logits(loaded), _logits(trained))
+    name, settings = "crate_cct4_3x2_32", {"global_pool": "seq"}
+    path = _exported(tmp_path / "seq.safetensors", name, _trained(name, settings), settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        overlay = dict(file=str(path), num_classes=10)
+        features = timm.create_model(
+            name, pretrained=True, pretrained_cfg_overlay=overlay, num_classes=0, global_pool="avg"
+        )
+    assert features.global_pool == "avg"

@@ -66,6 +66,11 @@ EVAL_TRANSFORM_SETTINGS = ("mean", "std", "interpolation", "crop_pct", "crop_mod
 # constructor settings a run may pass that say how it started, not what the architecture is
 _NOT_ARCHITECTURE = {"pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 _NOT_ARCHITECTURE |= {"drop_path_rate", "drop_rate", "patch_drop_rate"}  # regularisers: off at evaluation
+# settings a file's model is not rebuilt with unless asked: a part its weights fill when it is built and that is
+# left out otherwise (a masked-pretraining run's decoder), and the pooling, which a file may be read under otherwise
+# (the family's filter says where that changes its predictions)
+_CALLERS_CHOICE = {"decoder_depth"}
+_READ_OTHERWISE = {"global_pool"}
 
 
 @dataclass
@@ -396,11 +401,11 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
             )
     own = _variant_settings(variant)
     for key, value in checkpoint.architecture_kwargs.items():  # the run's model_kwargs (a zoo run's file only)
-        if key in recorded or key == "num_classes":
+        if key in recorded or key == "num_classes" or key in _CALLERS_CHOICE:
             continue
         if key not in kwargs or (key in own and _same(kwargs[key], own[key])):  # the name's own: not asked for
             built[key] = value
-        elif not _same(kwargs[key], value):
+        elif not _same(kwargs[key], value) and key not in _READ_OTHERWISE:
             warnings.warn(
                 f"{checkpoint.path} was trained with {key}={value!r}; building {variant} with {key}={kwargs[key]!r} "
                 f"as asked, which is not the model its weights were trained in; leave {key} out to build it as "
