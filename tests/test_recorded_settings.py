@@ -83,6 +83,23 @@ def test_a_run_from_such_a_file_records_its_settings_so_its_own_files_build_it_a
     assert torch.equal(_logits(module.model), _logits(trained))
 
 
+def test_a_run_records_the_files_value_where_it_asked_for_the_names_own(tmp_path: Path) -> None:
+    """A setting given as the model name's own value (``num_heads=4`` for crate_nano_patch4_32) cannot be told
+    from one not given, so the model is built with the file's value; the run records that value, not the one it
+    was given, so its checkpoints and exports build the model it trained."""
+    name, settings = CASES[0]
+    trained = _trained(name, settings)
+    path = _exported(tmp_path / "start.safetensors", name, trained, settings)
+    module = ImageClassifier(
+        name, num_classes=10, img_size=32, pretrained_file=str(path), model_kwargs={"num_heads": 4}
+    )
+    assert module.hparams.model_kwargs == settings
+    assert torch.equal(_logits(module.model), _logits(trained))
+    rebuilt = timm.create_model(name, num_classes=10, **module.hparams.model_kwargs)  # as its own export builds it
+    rebuilt.load_state_dict(module.model.state_dict())
+    assert torch.equal(_logits(rebuilt), _logits(trained))
+
+
 def test_a_pretraining_file_is_read_as_an_encoder_unless_its_decoder_is_asked_for(tmp_path: Path) -> None:
     """A masked-pretraining run records its decoder; the decoder is a part the file fills only where it is built,
     so the model name's encoder reads the file without a word, and ``decoder_depth`` asked for builds it."""

@@ -25,7 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
-from crate.models import CheckpointError, create_classifier, read_checkpoint, weights_file
+from crate.models import CheckpointError, create_classifier, read_checkpoint, settings_from_file, weights_file
 from crate.run.record import start_weights
 from crate.run.weight_average import weight_average
 
@@ -213,18 +213,21 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         kwargs = dict(hp.model_kwargs or {})
         if hp.drop_path_rate > 0:
             kwargs["drop_path_rate"] = hp.drop_path_rate
+        start = None
         if hp.pretrained_file is not None:
-            held = read_checkpoint(hp.pretrained_file).num_classes
+            start = read_checkpoint(hp.pretrained_file)
             self.start_weights = start_weights(hp.pretrained_file)  # which weights, should the path change later
-            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=hp.pretrained_file, num_classes=held or 0))
+            overlay = dict(file=hp.pretrained_file, num_classes=start.num_classes or 0)
+            kwargs.update(pretrained=True, pretrained_cfg_overlay=overlay)
         model = create_classifier(hp.model_name, hp.num_classes, hp.in_chans, hp.img_size, **kwargs)
-        from_tag = kwargs.get("pretrained") and type(model).__module__.startswith("crate.")
-        start = hp.pretrained_file or (weights_file(hp.model_name, kwargs) if from_tag else None)
-        if start:  # the model is built with the settings its weights were trained in: the run records them too,
-            # so that its own checkpoints and exports build it so again
-            inherited = {k: v for k, v in read_checkpoint(start).architecture_kwargs.items() if k not in kwargs}
-            if inherited:
-                self.hparams["model_kwargs"] = {**(hp.model_kwargs or {}), **inherited}
+        if start is None and kwargs.get("pretrained") and type(model).__module__.startswith("crate."):
+            tag_file = weights_file(hp.model_name, kwargs)
+            start = read_checkpoint(tag_file) if tag_file else None
+        if start is not None:  # the model took the settings its weights were trained in: the run records them
+            # too, so that its own checkpoints and exports build it so again
+            taken = settings_from_file(start, hp.model_name, hp.model_kwargs or {})
+            if taken:
+                self.hparams["model_kwargs"] = {**(hp.model_kwargs or {}), **taken}
         if hp.freeze_backbone:
             head = {id(p) for p in model.get_classifier().parameters()}
             for param in model.parameters():

@@ -53,6 +53,7 @@ __all__ = [
     "file_sha256",
     "pretrained_kwargs",
     "read_checkpoint",
+    "settings_from_file",
     "weights_file",
 ]
 
@@ -370,6 +371,20 @@ def _same(a: Any, b: Any) -> bool:
     return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
 
 
+def settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The build settings a zoo run's file records (its ``model_kwargs``) that a model of ``variant`` built from it
+    with ``kwargs`` takes from the file: those the call does not give, or gives as the model name's own value
+    (which a registered function merges into every call). Input size and channels, the classes and a decoder are
+    left to their own rules."""
+    own = _variant_settings(variant.partition(".")[0])
+    return {
+        key: value
+        for key, value in checkpoint.architecture_kwargs.items()
+        if key not in ("in_chans", "img_size", "num_classes", *_CALLERS_CHOICE)
+        and (key not in kwargs or (key in own and _same(kwargs[key], own[key])))
+    }
+
+
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with the input channels, image size and other build settings the file records where the caller
     gave none, so a file is built as it was trained, as its ``num_classes`` is. The settings that leave every
@@ -399,13 +414,12 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
                 UserWarning,
                 stacklevel=4,
             )
-    own = _variant_settings(variant)
-    for key, value in checkpoint.architecture_kwargs.items():  # the run's model_kwargs (a zoo run's file only)
-        if key in recorded or key == "num_classes" or key in _CALLERS_CHOICE:
+    taken = settings_from_file(checkpoint, variant, kwargs)
+    built.update(taken)
+    for key, value in checkpoint.architecture_kwargs.items():
+        if key in taken or key in recorded or key in ("num_classes", *_CALLERS_CHOICE, *_READ_OTHERWISE):
             continue
-        if key not in kwargs or (key in own and _same(kwargs[key], own[key])):  # the name's own: not asked for
-            built[key] = value
-        elif not _same(kwargs[key], value) and key not in _READ_OTHERWISE:
+        if not _same(kwargs[key], value):
             warnings.warn(
                 f"{checkpoint.path} was trained with {key}={value!r}; building {variant} with {key}={kwargs[key]!r} "
                 f"as asked, which is not the model its weights were trained in; leave {key} out to build it as "
