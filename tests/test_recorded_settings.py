@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 import crate  # noqa: F401
 from benchmarks.official_layouts import perturb_
-from crate.lit import ImageClassifier
+from crate.lit import ImageClassifier, MaskedAutoencoder, SelfDistillation
 
 CASES = [
     ("crate_nano_patch4_32", {"lambd": 1.0, "num_heads": 2}),  # the name's own: 4 subspaces, lambd 0.1
@@ -98,6 +98,27 @@ def test_a_run_records_the_files_value_where_it_asked_for_the_names_own(tmp_path
     rebuilt = timm.create_model(name, num_classes=10, **module.hparams.model_kwargs)  # as its own export builds it
     rebuilt.load_state_dict(module.model.state_dict())
     assert torch.equal(_logits(rebuilt), _logits(trained))
+
+
+def test_a_pretraining_run_from_such_a_file_records_its_settings(tmp_path: Path) -> None:
+    """Masked pretraining and SimDINO start from a file through ``model_kwargs`` (``pretrained``,
+    ``pretrained_cfg_overlay``); each builds the file's model and records the settings it took, as a
+    fine-tuning run does."""
+    mae_settings = {"decoder_depth": 4, "lambd": 2.0}  # the released decoder; the name's own lambd: 0.5
+    trained = perturb_(timm.create_model("crate_mae_nano_patch4_32", num_classes=0, **mae_settings)).eval()
+    path = _lightning(tmp_path / "mae.ckpt", "crate_mae_nano_patch4_32", trained, mae_settings)
+    overlay = {"file": str(path), "num_classes": 0}
+    mae = MaskedAutoencoder(img_size=32, model_kwargs={"pretrained": True, "pretrained_cfg_overlay": overlay})
+    assert mae.hparams.model_kwargs["lambd"] == 2.0 and mae.hparams.model_kwargs["decoder_depth"] == 4
+    images = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(mae.model.eval().forward_features(images), trained.forward_features(images))
+
+    name, settings = CASES[0]
+    start = _exported(tmp_path / "start.safetensors", name, _trained(name, settings), settings)
+    overlay = {"file": str(start), "num_classes": 10}
+    simdino = SelfDistillation(name, img_size=32, model_kwargs={"pretrained": True, "pretrained_cfg_overlay": overlay})
+    assert {k: simdino.hparams.model_kwargs[k] for k in settings} == settings
+    assert simdino.student.blocks[0].attn.num_heads == 2
 
 
 def test_a_pretraining_file_is_read_as_an_encoder_unless_its_decoder_is_asked_for(tmp_path: Path) -> None:

@@ -90,6 +90,7 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
                 kwargs["decoder_depth"] = bare.pretraining_decoder_depth
                 self.hparams["model_kwargs"] = kwargs  # the checkpoint records the decoder it trained with
         self.model = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
+        self.record_settings_from_file(model_name, kwargs)
         if not hasattr(self.model, "forward_mae") or not getattr(self.model, "decoder_depth", 0):
             raise ValueError(
                 f"{model_name} is not a masked autoencoder with a decoder; choose a crate_mae_* model "

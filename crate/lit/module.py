@@ -25,7 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
-from crate.models import CheckpointError, create_classifier, read_checkpoint, settings_from_file, weights_file
+from crate.models import CheckpointError, create_classifier, read_checkpoint
 from crate.run.record import start_weights
 from crate.run.weight_average import weight_average
 
@@ -213,21 +213,12 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         kwargs = dict(hp.model_kwargs or {})
         if hp.drop_path_rate > 0:
             kwargs["drop_path_rate"] = hp.drop_path_rate
-        start = None
         if hp.pretrained_file is not None:
-            start = read_checkpoint(hp.pretrained_file)
+            held = read_checkpoint(hp.pretrained_file).num_classes
             self.start_weights = start_weights(hp.pretrained_file)  # which weights, should the path change later
-            overlay = dict(file=hp.pretrained_file, num_classes=start.num_classes or 0)
-            kwargs.update(pretrained=True, pretrained_cfg_overlay=overlay)
+            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=hp.pretrained_file, num_classes=held or 0))
         model = create_classifier(hp.model_name, hp.num_classes, hp.in_chans, hp.img_size, **kwargs)
-        if start is None and kwargs.get("pretrained") and type(model).__module__.startswith("crate."):
-            tag_file = weights_file(hp.model_name, kwargs)
-            start = read_checkpoint(tag_file) if tag_file else None
-        if start is not None:  # the model took the settings its weights were trained in: the run records them
-            # too, so that its own checkpoints and exports build it so again
-            taken = settings_from_file(start, hp.model_name, hp.model_kwargs or {})
-            if taken:
-                self.hparams["model_kwargs"] = {**(hp.model_kwargs or {}), **taken}
+        self.record_settings_from_file(hp.model_name, kwargs)
         if hp.freeze_backbone:
             head = {id(p) for p in model.get_classifier().parameters()}
             for param in model.parameters():

@@ -4,11 +4,12 @@ exactly the data the run held out: ``crate.export``, ``crate.interpret``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 
-from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
+from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY, settings_built_from_file
 from crate.run.record import (
     DATA_CONFIG_KEY,
     DATA_IDENTITY_KEY,
@@ -45,6 +46,15 @@ class RunRecord:
     file's path and sha256, and a resumed run keeps the record of the run's start."""
 
     start_weights: dict[str, str] | None = None
+
+    def record_settings_from_file(self, model_name: str, kwargs: Mapping[str, Any]) -> None:
+        """Add to the hyper-parameters' ``model_kwargs`` the build settings a model built as
+        ``timm.create_model(model_name, **kwargs)`` took from the file it read (``lambd``, ``num_heads``...:
+        :func:`crate.models.settings_built_from_file`), so that the run's own checkpoints and exports build the
+        model it trained, not the model name's."""
+        taken = settings_built_from_file(model_name, kwargs)
+        if taken:
+            self.hparams["model_kwargs"] = {**(self.hparams.get("model_kwargs") or {}), **taken}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = type(self).__name__

@@ -114,6 +114,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
         self.num_classes = num_classes
         kwargs = dict(model_kwargs or {})
         self.student = self._backbone(model_name, in_chans, img_size, kwargs)
+        self.record_settings_from_file(model_name, kwargs)
         self.student_head = ProjectionHead(self.student.num_features, head_hidden_dim, head_dim, head_layers)
         self.model = copy.deepcopy(self.student).requires_grad_(False)  # the teacher's backbone
         self.teacher_head = copy.deepcopy(self.student_head).requires_grad_(False)

@@ -2,7 +2,14 @@
 
 from .attention_variants import CRATE_VARIANTS, VIT_VARIANTS
 from .cbt import cbt_block
-from .checkpoint import Checkpoint, file_sha256, read_checkpoint, settings_from_file, weights_file
+from .checkpoint import (
+    Checkpoint,
+    file_sha256,
+    read_checkpoint,
+    settings_built_from_file,
+    settings_from_file,
+    weights_file,
+)
 from .compact import COMPACT_SHAPES, CompactViT
 from .convert import CheckpointError, checkpoint_filter_fn
 from .crate import CRATE, CrateBlock
@@ -41,6 +48,7 @@ __all__ = [
     "checkpoint_filter_fn",
     "pretrained_tags",
     "read_checkpoint",
+    "settings_built_from_file",
     "settings_from_file",
     "weights_file",
 ]

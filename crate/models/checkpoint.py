@@ -53,6 +53,7 @@ __all__ = [
     "file_sha256",
     "pretrained_kwargs",
     "read_checkpoint",
+    "settings_built_from_file",
     "settings_from_file",
     "weights_file",
 ]
@@ -376,13 +377,26 @@ def settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str
     with ``kwargs`` takes from the file: those the call does not give, or gives as the model name's own value
     (which a registered function merges into every call). Input size and channels, the classes and a decoder are
     left to their own rules."""
-    own = _variant_settings(variant.partition(".")[0])
+    recorded = checkpoint.architecture_kwargs
+    own = _variant_settings(variant.partition(".")[0]) if recorded else {}
     return {
         key: value
-        for key, value in checkpoint.architecture_kwargs.items()
+        for key, value in recorded.items()
         if key not in ("in_chans", "img_size", "num_classes", *_CALLERS_CHOICE)
         and (key not in kwargs or (key in own and _same(kwargs[key], own[key])))
     }
+
+
+def settings_built_from_file(variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded settings (:func:`settings_from_file`) that ``timm.create_model(variant, **kwargs)`` builds a
+    zoo model with from the file it reads: none where it reads no file or names no zoo model. A run that starts
+    from a file records them beside its own ``model_kwargs``, so that its checkpoints and exports build the model
+    it trained."""
+    name = variant.partition(".")[0]
+    if not kwargs.get("pretrained") or not model_entrypoint(name).__module__.startswith("crate."):
+        return {}
+    path = weights_file(variant, kwargs)
+    return settings_from_file(read_checkpoint(path), variant, kwargs) if path else {}
 
 
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
