@@ -24,6 +24,7 @@ from crate.run import read_record
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.cifar10.safetensors"))
 DATA = REPO / "data" / "cifar10" / "val"
+TEST_DATA = REPO / "data" / "cifar10" / "test"
 
 
 @pytest.mark.parametrize("tag", SHIPPED)
@@ -41,19 +42,35 @@ def test_cifar10_tag_loads_offline_with_its_training_normalisation_and_card(tag:
     assert model(torch.zeros(1, 3, 32, 32)).shape == (1, 10)
 
 
+def _timm_accuracy(tag: str, folder: Path) -> tuple[int, int]:
+    """Correct predictions and images of ``folder`` through ``timm.create_model(tag, pretrained=True)`` and the
+    evaluation transform its data config gives."""
+    model = timm.create_model(tag, pretrained=True).eval()
+    transform = create_transform(**resolve_data_config({}, model=model))
+    images = datasets.ImageFolder(str(folder), transform=transform)
+    correct = 0
+    with torch.no_grad():
+        for batch, labels in torch.utils.data.DataLoader(images, batch_size=500):
+            correct += int((model(batch).argmax(1) == labels).sum())
+    return correct, len(images)
+
+
 @pytest.mark.skipif(not DATA.is_dir(), reason="CIFAR-10 is not on this machine (make cifar10-data)")
 @pytest.mark.parametrize("tag", SHIPPED)
 def test_timm_s_eval_transform_reproduces_the_card_s_accuracy(tag: str) -> None:
-    model = timm.create_model(tag, pretrained=True).eval()
-    transform = create_transform(**resolve_data_config({}, model=model))
-    folder = datasets.ImageFolder(str(DATA), transform=transform)
-    loader = torch.utils.data.DataLoader(folder, batch_size=500)
-    correct = 0
-    with torch.no_grad():
-        for images, labels in loader:
-            correct += int((model(images).argmax(1) == labels).sum())
+    correct, images = _timm_accuracy(tag, DATA)
     card = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())
-    assert correct / len(folder) == pytest.approx(card["val_accuracy"], abs=1e-9)
+    assert correct / images == pytest.approx(card["val_accuracy"], abs=1e-9)
+
+
+@pytest.mark.skipif(not TEST_DATA.is_dir(), reason="CIFAR-10's test split is not on this machine (make cifar10-data)")
+@pytest.mark.parametrize("tag", SHIPPED)
+def test_timm_s_eval_transform_reproduces_the_card_s_test_accuracy(tag: str) -> None:
+    """The test figure a card publishes (scored once, after the tag was chosen on val) is what a user gets."""
+    card = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())
+    correct, images = _timm_accuracy(tag, TEST_DATA)
+    assert images == card["test_images"] == 10_000
+    assert correct / images == pytest.approx(card["test_accuracy"], abs=1e-9)
 
 
 ENCODERS = sorted(p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.cifar10_simdino.safetensors"))
