@@ -121,6 +121,20 @@ def test_a_pretraining_run_from_such_a_file_records_its_settings(tmp_path: Path)
     assert simdino.student.blocks[0].attn.num_heads == 2
 
 
+def test_masked_pretraining_continues_with_the_decoder_of_the_file_it_starts_from(tmp_path: Path) -> None:
+    """A pretraining run's own file holds a decoder of its depth (here 2, the released pretraining's 4): a run
+    that continues from it builds that decoder, which the file fills, where no ``decoder_depth`` is given."""
+    name = "crate_mae_nano_patch4_32"
+    trained = perturb_(timm.create_model(name, num_classes=0, decoder_depth=2)).eval()
+    path = _lightning(tmp_path / "pretrain.ckpt", name, trained, {"decoder_depth": 2})
+    overlay = {"file": str(path), "num_classes": 0}
+    mae = MaskedAutoencoder(name, img_size=32, model_kwargs={"pretrained": True, "pretrained_cfg_overlay": overlay})
+    assert mae.model.decoder_depth == 2 and mae.hparams.model_kwargs["decoder_depth"] == 2
+    held, loaded = trained.state_dict(), mae.model.state_dict()
+    assert held.keys() == loaded.keys() and all(torch.equal(held[k], loaded[k]) for k in held)
+    assert MaskedAutoencoder(name, img_size=32).model.decoder_depth == 4  # no file: the released decoder
+
+
 def test_a_pretraining_file_is_read_as_an_encoder_unless_its_decoder_is_asked_for(tmp_path: Path) -> None:
     """A masked-pretraining run records its decoder; the decoder is a part the file fills only where it is built,
     so the model name's encoder reads the file without a word, and ``decoder_depth`` asked for builds it."""

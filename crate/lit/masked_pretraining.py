@@ -19,7 +19,7 @@ from torch import nn
 
 from crate.data import PADDING_LABEL, share_positions
 from crate.figures import reconstruction_figure
-from crate.models import create_classifier
+from crate.models import create_classifier, recorded_settings
 
 from .optimization import TimmOptimization
 from .run_record import RunRecord
@@ -37,8 +37,8 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
             checkpoint holds no head).
         in_chans: linked from the DataModule.
         img_size: linked from the DataModule.
-        model_kwargs: further constructor arguments (``decoder_depth``: the model's released pretraining
-            depth when not given).
+        model_kwargs: further constructor arguments (``decoder_depth``: when not given, the decoder the file the
+            run starts from records, else the model's released pretraining depth).
         mask_ratio: share of the patches masked per image (exactly ``int(N (1 - mask_ratio))`` kept).
         norm_pix_loss: normalise each target patch to mean 0, variance 1 (MAE's choice).
         optimizer: a timm optimizer name, as ImageClassifier's (``crate.lit.optimization``).
@@ -83,11 +83,15 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         if not 0.0 <= mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")
         kwargs = dict(model_kwargs or {})
-        if "decoder_depth" not in kwargs:  # the registered models are encoders: add the released decoder
-            with torch.device("meta"):
-                bare = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
-            if hasattr(bare, "pretraining_decoder_depth"):
-                kwargs["decoder_depth"] = bare.pretraining_decoder_depth
+        if "decoder_depth" not in kwargs:  # the registered models are encoders: add the decoder of the file the
+            # run starts from, else the released pretraining's
+            depth = recorded_settings(model_name, kwargs).get("decoder_depth")
+            if depth is None:
+                with torch.device("meta"):
+                    bare = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
+                depth = getattr(bare, "pretraining_decoder_depth", None)
+            if depth is not None:
+                kwargs["decoder_depth"] = depth
                 self.hparams["model_kwargs"] = kwargs  # the checkpoint records the decoder it trained with
         self.model = create_classifier(model_name, 0, in_chans, img_size, **kwargs)
         self.record_settings_from_file(model_name, kwargs)

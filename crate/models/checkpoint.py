@@ -53,6 +53,7 @@ __all__ = [
     "file_sha256",
     "pretrained_kwargs",
     "read_checkpoint",
+    "recorded_settings",
     "settings_built_from_file",
     "settings_from_file",
     "weights_file",
@@ -387,16 +388,29 @@ def settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str
     }
 
 
+def _file_read(variant: str, kwargs: Mapping[str, Any]) -> Checkpoint | None:
+    """The file ``timm.create_model(variant, **kwargs)`` reads into a zoo model, or None (no file, or no zoo
+    model)."""
+    if not kwargs.get("pretrained") or not model_entrypoint(variant.partition(".")[0]).__module__.startswith("crate."):
+        return None
+    path = weights_file(variant, kwargs)
+    return read_checkpoint(path) if path else None
+
+
+def recorded_settings(variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Every build setting the file ``timm.create_model(variant, **kwargs)`` reads records (a zoo run's
+    ``model_kwargs``), a masked-pretraining run's ``decoder_depth`` included; none where it reads no file."""
+    checkpoint = _file_read(variant, kwargs)
+    return checkpoint.architecture_kwargs if checkpoint is not None else {}
+
+
 def settings_built_from_file(variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The recorded settings (:func:`settings_from_file`) that ``timm.create_model(variant, **kwargs)`` builds a
     zoo model with from the file it reads: none where it reads no file or names no zoo model. A run that starts
     from a file records them beside its own ``model_kwargs``, so that its checkpoints and exports build the model
     it trained."""
-    name = variant.partition(".")[0]
-    if not kwargs.get("pretrained") or not model_entrypoint(name).__module__.startswith("crate."):
-        return {}
-    path = weights_file(variant, kwargs)
-    return settings_from_file(read_checkpoint(path), variant, kwargs) if path else {}
+    checkpoint = _file_read(variant, kwargs)
+    return settings_from_file(checkpoint, variant, kwargs) if checkpoint is not None else {}
 
 
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
