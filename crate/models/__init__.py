@@ -8,7 +8,6 @@ from .checkpoint import (
     read_checkpoint,
     recorded_settings,
     settings_built_from_file,
-    settings_from_file,
     weights_file,
 )
 from .compact import COMPACT_SHAPES, CompactViT
@@ -51,6 +50,5 @@ __all__ = [
     "read_checkpoint",
     "recorded_settings",
     "settings_built_from_file",
-    "settings_from_file",
     "weights_file",
 ]

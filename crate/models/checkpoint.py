@@ -55,7 +55,6 @@ __all__ = [
     "read_checkpoint",
     "recorded_settings",
     "settings_built_from_file",
-    "settings_from_file",
     "weights_file",
 ]
 
@@ -373,7 +372,7 @@ def _same(a: Any, b: Any) -> bool:
     return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
 
 
-def settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def _settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The build settings a zoo run's file records (its ``model_kwargs``) that a model of ``variant`` built from it
     with ``kwargs`` takes from the file: those the call does not give, or gives as the model name's own value
     (which a registered function merges into every call). Input size and channels, the classes and a decoder are
@@ -405,12 +404,12 @@ def recorded_settings(variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]
 
 
 def settings_built_from_file(variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The recorded settings (:func:`settings_from_file`) that ``timm.create_model(variant, **kwargs)`` builds a
+    """The recorded settings (:func:`_settings_from_file`) that ``timm.create_model(variant, **kwargs)`` builds a
     zoo model with from the file it reads: none where it reads no file or names no zoo model. A run that starts
     from a file records them beside its own ``model_kwargs``, so that its checkpoints and exports build the model
     it trained."""
     checkpoint = _file_read(variant, kwargs)
-    return settings_from_file(checkpoint, variant, kwargs) if checkpoint is not None else {}
+    return _settings_from_file(checkpoint, variant, kwargs) if checkpoint is not None else {}
 
 
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -442,7 +441,7 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
                 UserWarning,
                 stacklevel=4,
             )
-    taken = settings_from_file(checkpoint, variant, kwargs)
+    taken = _settings_from_file(checkpoint, variant, kwargs)
     built.update(taken)
     for key, value in checkpoint.architecture_kwargs.items():
         if key in taken or key in recorded or key in ("num_classes", *_CALLERS_CHOICE, *_READ_OTHERWISE):
