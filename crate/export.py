@@ -308,13 +308,17 @@ def _card(
     load: tuple[str, dict[str, Any]],
     train_command: str,
     label_names: list[str] | None,
+    model_settings: dict[str, Any],
 ) -> dict[str, Any]:
-    """The card's data: the model, the run's data and recipe, what was measured, the file and how to load it."""
+    """The card's data: the model and the build settings its file records beside its name (``model_settings``:
+    the run's ``model_kwargs`` that shape the model, such as the ISTA step's ``lambd``), the run's data and
+    recipe, what was measured, the file and how to load it."""
     hp = run.hparams
     return {
         "name": name,
         "timm_name": name if "." in name else run.model_name,
         "model_name": run.model_name,
+        "model_settings": model_settings,
         "parameters": sum(p.numel() for p in model.parameters()),
         "num_classes": run.num_classes,
         "label_names": label_names,
@@ -395,7 +399,8 @@ def export_checkpoint(
         weights = out if out is not None else hub / "model.safetensors"
         name = out.name[: -len(".safetensors")] if out is not None else hub.name
         file_dtype = dtype if out is not None else "float32"
-        card = _card(name, run, model, measured, weights, file_dtype, load, train_command, labels)
+        settings = model_config["model_kwargs"]
+        card = _card(name, run, model, measured, weights, file_dtype, load, train_command, labels, settings)
         if out is not None:
             written += [out.with_suffix(".json"), out.with_suffix(".md")]
             out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")

@@ -30,6 +30,16 @@ images) and a logistic-regression probe on the standardised features, beside its
 """
 
 
+def _settings_words(card: dict[str, Any]) -> str:
+    """The build settings the file records beside the model's name, as the architecture line gives them: timm
+    builds the file with them wherever the call gives none."""
+    settings = card.get("model_settings")
+    if not settings:
+        return ""
+    given = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+    return f"; built with `{given}`, which the file records and timm builds it with"
+
+
 def _trained_line(card: dict[str, Any]) -> str:
     """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps, and the file
     whose weights they started from (``--model.pretrained_file``); where the run stopped before the steps its
@@ -108,7 +118,8 @@ def card_markdown(card: dict[str, Any]) -> str:
     outputs = f"an encoder ({card.get('num_features')} features, no classifier)" if encoder else classes
     return f"""# {card["name"]}
 
-- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, {outputs}
+- architecture: `{card["model_name"]}` ({card["parameters"]:,} parameters), input {card["input_size"]}, \
+{outputs}{_settings_words(card)}
 - data: {card["data"]}
 - trained: {_trained_line(card)}
 {measured}

@@ -22,7 +22,16 @@ from crate.models.shipped import CIFAR10_CLASSES
 from crate.run import read_record
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = sorted(p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.cifar10.safetensors"))
+
+
+def _trained_on_all_of_cifar10(card: Path) -> bool:
+    """A classifier's card whose run trained on data/cifar10 (not a subset's folder, not an encoder)."""
+    recorded = json.loads(card.read_text())
+    return recorded["num_classes"] == 10 and recorded["data_config"]["init_args"]["root"] == "data/cifar10"
+
+
+# every tag of a classifier trained on CIFAR-10's train split: "<arch>.cifar10" and other recipes' "<arch>.cifar10_*"
+SHIPPED = sorted(p.stem for p in (REPO / "checkpoints").glob("*.cifar10*.json") if _trained_on_all_of_cifar10(p))
 DATA = REPO / "data" / "cifar10" / "val"
 TEST_DATA = REPO / "data" / "cifar10" / "test"
 

@@ -77,6 +77,31 @@ def test_export_writes_a_loadable_file_and_an_honest_card(lightning_run, tmp_pat
         assert torch.equal(loaded(x), module(x))
 
 
+def test_a_card_names_the_build_settings_its_file_records(tmp_path: Path) -> None:
+    # lambd leaves every weight's shape as it is: a card that gave only the name would describe another model
+    module = ImageClassifier("crate_nano_patch4_32", 10, in_chans=1, img_size=32, model_kwargs={"lambd": 0.5})
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DigitsDataModule(batch_size=32))
+    trainer.save_checkpoint(ckpt)
+    card = export_checkpoint(ckpt, tmp_path / "crate_nano_patch4_32.test.safetensors", measure=False)
+    assert card["model_settings"] == {"lambd": 0.5}
+    markdown = (tmp_path / "crate_nano_patch4_32.test.md").read_text()
+    assert "10 classes; built with `lambd=0.5`" in markdown
+    overlay = dict(file=str(tmp_path / "crate_nano_patch4_32.test.safetensors"))
+    loaded = timm.create_model("crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay=overlay, num_classes=10)
+    assert {m.lambd for m in loaded.modules() if hasattr(m, "lambd")} == {0.5}  # what the card says it is
+    plain = ImageClassifier("crate_nano_patch4_32", 10, in_chans=1, img_size=32)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(plain, DigitsDataModule(batch_size=32))
+    trainer.save_checkpoint(tmp_path / "plain.ckpt")
+    card = export_checkpoint(
+        tmp_path / "plain.ckpt", tmp_path / "crate_nano_patch4_32.plain.safetensors", measure=False
+    )
+    markdown = (tmp_path / "crate_nano_patch4_32.plain.md").read_text()
+    assert card["model_settings"] == {} and "built with" not in markdown
+
+
 def test_a_run_with_patch_dropout_exports_the_plain_model_and_records_the_rate(tmp_path: Path) -> None:
     torch.manual_seed(0)
     kwargs = {"patch_drop_rate": 0.5}

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_every_shipped_tag_is_found_and_encoders_are_told_apart() -> None:
     shipped = {p.name[: -len(".safetensors")] for p in (REPO / "checkpoints").glob("*.safetensors")}
     encoders = {tag for tag in shipped if tag.endswith("_simdino")}  # no classifier: no top-1 to report
-    assert set(shipped_tags()) == shipped - encoders and len(shipped - encoders) == 20
+    assert set(shipped_tags()) == shipped - encoders and len(shipped - encoders) == 21
     assert shipped_tags(classifiers=False) == ["crate_nano_patch4_32.cifar10_simdino"]
 
 
