@@ -224,6 +224,21 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
 
 
+def test_the_random_init_control_of_a_tag_is_built_with_the_settings_its_file_records() -> None:
+    """crate_alpha_cct4_3x2_32.cifar10_lambd1 records lambd=1.0, which its load call does not give: a control
+    built from the call alone (lambd 0.1) has the same shapes and another ISTA step."""
+    from crate.interpret.controls import initialised
+    from crate.interpret.loading import load_run
+
+    def lambds(model: torch.nn.Module) -> set[float]:
+        return {module.lambd for module in model.modules() if hasattr(module, "lambd")}
+
+    shipped, _ = load_run("crate_alpha_cct4_3x2_32.cifar10_lambd1", None)
+    assert lambds(shipped) == {1.0} and lambds(initialised(shipped, 0)) == {1.0}
+    default, _ = load_run("crate_alpha_cct4_3x2_32.cifar10", None)  # a file that records none keeps the name's own
+    assert lambds(initialised(default, 0)) == lambds(timm.create_model("crate_alpha_cct4_3x2_32")) == {0.1}
+
+
 def test_a_rebuild_that_is_not_the_measured_architecture_is_refused() -> None:
     from crate.interpret.controls import initialised, remember_build
 

@@ -1,6 +1,7 @@
 """Controls every figure of the report is read against, so that a figure can come out otherwise.
 
-- **random init**: the same architecture, built with the same arguments at its initialisation, under
+- **random init**: the same architecture, built with the same arguments (and the build settings its file
+  records) at its initialisation, under
   seeds 0, 1, 2 (seed 0 with the zoo's recipes is the very initialisation training started from: the model
   is the first thing built after ``seed_everything``); every figure of :func:`evaluate_model` but accuracy
   and probes, averaged over the seeds. A figure that a random model reaches as well says nothing about what
@@ -28,6 +29,7 @@ from crate.metrics import compression_responses, summarise_responses, transforme
 from crate.metrics.controls import NULL_DRAWS, NULL_SEED, STEP_FRACTIONS, THEORY_STEP_SIZE
 from crate.metrics.functional import PAPER_EPS, default_eps
 from crate.metrics.sparse_controls import sparse_coding_responses, summarise_sparse
+from crate.models import settings_built_from_file
 
 from .lenses import head_redundancy, top_k_mass
 
@@ -38,8 +40,12 @@ _BUILDS: weakref.WeakKeyDictionary[nn.Module, tuple[str, dict[str, Any]]] = weak
 
 
 def remember_build(model: nn.Module, name: str, kwargs: dict[str, Any]) -> None:
-    """Record the ``timm.create_model`` call that built ``model`` (without weights), for :func:`initialised`."""
-    _BUILDS[model] = (name, {k: v for k, v in kwargs.items() if k not in ("pretrained", "pretrained_cfg_overlay")})
+    """Record the ``timm.create_model`` call that built ``model`` (without weights), for :func:`initialised`,
+    with the build settings the file it read records (a tag's ``lambd=1.0``, say): the call leaves them out,
+    and a control built without them has the same shapes but computes another function."""
+    recorded = settings_built_from_file(name, kwargs)
+    built = {k: v for k, v in {**kwargs, **recorded}.items() if k not in ("pretrained", "pretrained_cfg_overlay")}
+    _BUILDS[model] = (name, built)
 
 
 def _build_of(model: nn.Module) -> tuple[str, dict[str, Any]]:

@@ -32,7 +32,7 @@ def build_model(
     if checkpoint is None:
         model = timm.create_model(name, pretrained=True).eval()
         cfg = model.pretrained_cfg.get("file")
-        return model, {}, (read_record(read_checkpoint(cfg)).data_config if cfg else None)
+        return model, {"pretrained": True}, (read_record(read_checkpoint(cfg)).data_config if cfg else None)
     held = read_checkpoint(checkpoint)
     kwargs: dict[str, Any] = dict(held.architecture_kwargs)
     kwargs["num_classes"] = held.num_classes or 0  # a file without a head (masked pretraining)
