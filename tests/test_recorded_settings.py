@@ -61,15 +61,24 @@ def test_a_file_is_built_with_the_settings_it_records(tmp_path: Path, write, nam
     assert (_logits(default) - _logits(trained)).abs().max() > 1e-3  # the settings change the function
 
 
-def test_another_setting_asked_for_is_built_as_asked_and_said(tmp_path: Path) -> None:
+# another value than the file's, and the value the model name has of its own (crate_nano: 4 subspaces), which the
+# name's function merges into every call
+@pytest.mark.parametrize(("key", "value"), [("lambd", 0.5), ("num_heads", 4)])
+def test_another_setting_asked_for_is_built_as_asked_and_said(tmp_path: Path, key: str, value: float) -> None:
+    """A setting the caller gives is built as given, with a warning naming both values; the settings it does not
+    give still come from the file."""
     name, settings = CASES[0]
     trained = _trained(name, settings)
     path = _exported(tmp_path / "run.safetensors", name, trained, settings)
-    with pytest.warns(UserWarning, match=r"trained with lambd=1\.0; building crate_nano_patch4_32 with lambd=0\.5"):
-        asked = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), lambd=0.5)
-    built = timm.create_model(name, num_classes=10, **dict(settings, lambd=0.5))
+    message = rf"trained with {key}={settings[key]}; building crate_nano_patch4_32 with {key}={value} as asked"
+    with pytest.warns(UserWarning, match=message):
+        asked = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **{key: value})
+    built = timm.create_model(name, num_classes=10, **dict(settings, **{key: value}))
     built.load_state_dict(trained.state_dict())
     assert torch.equal(_logits(asked), _logits(built))
+    from_file = timm.create_model(name, num_classes=10, **settings)
+    from_file.load_state_dict(trained.state_dict())
+    assert not torch.equal(_logits(asked), _logits(from_file))  # not the file's settings
 
 
 def test_a_run_from_such_a_file_records_its_settings_so_its_own_files_build_it_again(tmp_path: Path) -> None:
@@ -83,21 +92,22 @@ def test_a_run_from_such_a_file_records_its_settings_so_its_own_files_build_it_a
     assert torch.equal(_logits(module.model), _logits(trained))
 
 
-def test_a_run_records_the_files_value_where_it_asked_for_the_names_own(tmp_path: Path) -> None:
-    """A setting given as the model name's own value (``num_heads=4`` for crate_nano_patch4_32) cannot be told
-    from one not given, so the model is built with the file's value; the run records that value, not the one it
-    was given, so its checkpoints and exports build the model it trained."""
+def test_a_run_that_asks_for_the_names_own_value_is_built_and_recorded_as_asked(tmp_path: Path) -> None:
+    """A run from such a file that gives a setting as the model name's own value (``num_heads=4`` for
+    crate_nano_patch4_32, whose file has 2) is built with it and says so; it records that value beside the
+    settings it took from the file, so its checkpoints and exports build the model it trained."""
     name, settings = CASES[0]
     trained = _trained(name, settings)
     path = _exported(tmp_path / "start.safetensors", name, trained, settings)
-    module = ImageClassifier(
-        name, num_classes=10, img_size=32, pretrained_file=str(path), model_kwargs={"num_heads": 4}
-    )
-    assert module.hparams.model_kwargs == settings
-    assert torch.equal(_logits(module.model), _logits(trained))
+    with pytest.warns(UserWarning, match="trained with num_heads=2; building crate_nano_patch4_32 with num_heads=4"):
+        module = ImageClassifier(
+            name, num_classes=10, img_size=32, pretrained_file=str(path), model_kwargs={"num_heads": 4}
+        )
+    assert module.hparams.model_kwargs == {"num_heads": 4, "lambd": 1.0}
+    assert module.model.blocks[0].attn.num_heads == 4
     rebuilt = timm.create_model(name, num_classes=10, **module.hparams.model_kwargs)  # as its own export builds it
     rebuilt.load_state_dict(module.model.state_dict())
-    assert torch.equal(_logits(rebuilt), _logits(trained))
+    assert torch.equal(_logits(rebuilt), _logits(module.model))
 
 
 def test_a_pretraining_run_from_such_a_file_records_its_settings(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from timm.models import generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs
 from torch import nn
 
 from crate.layers import (
@@ -34,6 +34,7 @@ from crate.layers import (
 from crate.layers.primal_dual_attention import crate_attention_bn, crate_attention_sh
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg
+from .registry import register_model
 from .vit import ViTTwin, create_vit_twin
 
 __all__ = ["CRATE_VARIANTS", "VIT_VARIANTS"]

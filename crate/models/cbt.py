@@ -26,12 +26,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from timm.models import generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs
 
 from crate.layers import CBSA, ConvStemTokens
 from crate.layers.cbsa import RepPool
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg, crate_cfg
+from .registry import register_model
 from .shipped import cifar10_cfg
 
 __all__ = ["cbt_block"]

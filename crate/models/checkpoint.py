@@ -26,7 +26,6 @@ has N classes (a mismatch is an error); to fine-tune a file with M classes on N,
 from __future__ import annotations
 
 import argparse
-import contextvars
 import hashlib
 import json
 import re
@@ -43,6 +42,7 @@ from timm.models import get_pretrained_cfg, model_entrypoint
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 from .hub import folder_weights, hub_file, hub_weights_file
 from .names import check_model_name
+from .registry import settings_given
 
 __all__ = [
     "EVAL_TRANSFORM_KEY",
@@ -342,48 +342,21 @@ def _pair(size: Any) -> tuple[int, int]:
     return (int(size), int(size)) if isinstance(size, (int, float)) else (int(size[0]), int(size[1]))
 
 
-class _Settings(Exception):
-    """Raised with the keyword arguments a registered model function hands its family's builder."""
-
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        super().__init__("settings read")
-        self.kwargs = kwargs
-
-
-_READING_SETTINGS = contextvars.ContextVar("reading_settings", default=False)
-
-
-def _variant_settings(variant: str) -> dict[str, Any]:
-    """The build settings a zoo model name gives its family's builder of its own (``num_heads``, ``depth``...):
-    what a caller's value is told apart from. The registered function is called without arguments and stopped
-    at :func:`pretrained_kwargs`, before anything is built; a name outside the zoo has none."""
-    token = _READING_SETTINGS.set(True)
-    try:
-        model_entrypoint(variant)(pretrained=False)
-    except _Settings as read:
-        return read.kwargs
-    finally:
-        _READING_SETTINGS.reset(token)
-    return {}
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equal settings, a JSON record's lists read as the tuples a caller passes."""
     return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
 
 
-def _settings_from_file(checkpoint: Checkpoint, variant: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The build settings a zoo run's file records (its ``model_kwargs``) that a model of ``variant`` built from it
-    with ``kwargs`` takes from the file: those the call does not give, or gives as the model name's own value
-    (which a registered function merges into every call). Input size and channels, the classes and a decoder are
-    left to their own rules."""
-    recorded = checkpoint.architecture_kwargs
-    own = _variant_settings(variant.partition(".")[0]) if recorded else {}
+def _settings_from_file(checkpoint: Checkpoint, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The build settings a zoo run's file records (its ``model_kwargs``) that a model built from it with
+    ``kwargs`` takes from the file: those the caller did not give (:func:`settings_given`; a value the model name
+    gives of its own is not the caller's). Input size and channels, the classes and a decoder are left to their
+    own rules."""
+    given = settings_given(kwargs)
     return {
         key: value
-        for key, value in recorded.items()
-        if key not in ("in_chans", "img_size", "num_classes", *_CALLERS_CHOICE)
-        and (key not in kwargs or (key in own and _same(kwargs[key], own[key])))
+        for key, value in checkpoint.architecture_kwargs.items()
+        if key not in ("in_chans", "img_size", "num_classes", *_CALLERS_CHOICE) and key not in given
     }
 
 
@@ -409,7 +382,7 @@ def settings_built_from_file(variant: str, kwargs: Mapping[str, Any]) -> dict[st
     from a file records them beside its own ``model_kwargs``, so that its checkpoints and exports build the model
     it trained."""
     checkpoint = _file_read(variant, kwargs)
-    return _settings_from_file(checkpoint, variant, kwargs) if checkpoint is not None else {}
+    return _settings_from_file(checkpoint, kwargs) if checkpoint is not None else {}
 
 
 def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -425,10 +398,11 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
     first_conv = _cfg_value(_tag_cfg(kwargs, variant), "first_conv") or "patch_embed.proj"
     recorded = {"in_chans": checkpoint.in_chans(patch, first_conv), "img_size": checkpoint.img_size(patch)}
     built = dict(kwargs)
+    given = settings_given(kwargs)
     for key, value in recorded.items():
         if value is None:
             continue
-        if key not in kwargs:
+        if key not in given:
             built[key] = value
             continue
         asked = kwargs[key]
@@ -441,7 +415,7 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
                 UserWarning,
                 stacklevel=4,
             )
-    taken = _settings_from_file(checkpoint, variant, kwargs)
+    taken = _settings_from_file(checkpoint, kwargs)
     built.update(taken)
     for key, value in checkpoint.architecture_kwargs.items():
         if key in taken or key in recorded or key in ("num_classes", *_CALLERS_CHOICE, *_READ_OTHERWISE):
@@ -470,8 +444,6 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     records (``label_names``) and the evaluation transform its run used (mean, std, interpolation, crop), so that
     timm's transform of the run's images gives the tensors its accuracy was measured on.
     """
-    if _READING_SETTINGS.get():
-        raise _Settings(dict(kwargs))
     path = weights_file(variant, kwargs) if pretrained else None
     if path is None:
         overlay = kwargs.get("pretrained_cfg_overlay") or {}

@@ -36,13 +36,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from timm.models import generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs
 
 from crate.layers import ConvTokenizer, SeqPool
 
 from .cbt import _create_cbt
 from .crate import CRATE, _create_crate, cpu_cfg
 from .crate_alpha import ALPHA_DEFAULTS, CrateAlphaBlock
+from .registry import register_model
 from .shipped import cifar10_cfg, shipped_checkpoint
 from .vit import ViTTwin, create_vit_twin
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath, PatchDropout, resample_abs_pos_embed
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs
 from torch import nn
 
 from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
@@ -28,6 +28,7 @@ from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
+from .registry import register_model
 from .shipped import cifar10_cfg, cifar10_simdino_cfg, digits_cfg, shipped_checkpoint
 
 __all__ = ["CPU_SIZES", "CRATE", "CrateBlock"]

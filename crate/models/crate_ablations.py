@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 from timm.layers import DropPath, Mlp
-from timm.models import generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs
 from torch import nn
 
 from crate.layers import AttentionTrace
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg
+from .registry import register_model
 from .vit import TwinAttention, query_subspaces
 
 __all__ = ["CrateAttentionOnlyBlock", "CrateMLPBlock", "MHSA"]

@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 from timm.layers import DropPath
-from timm.models import generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs
 from torch import nn
 
 from crate.layers import ConvPatchEmbed, OvercompleteISTA
 
 from .crate import CPU_SIZES, CRATE, CrateBlock, _create_crate, cpu_cfg, crate_cfg
+from .registry import register_model
 from .shipped import cifar10_cfg, digits_cfg
 
 __all__ = ["CrateAlphaBlock"]

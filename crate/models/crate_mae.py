@@ -41,13 +41,14 @@ from typing import Any
 
 import torch
 from timm.layers import build_sincos2d_pos_embed, to_2tuple
-from timm.models import checkpoint_seq, generate_default_cfgs, register_model
+from timm.models import checkpoint_seq, generate_default_cfgs
 from torch import nn
 
 from crate.layers import MSSA, BlockTrace, ConvPatchEmbed
 
 from .convert import CheckpointError
 from .crate import CPU_SIZES, CRATE, _create_crate, cpu_cfg, crate_cfg
+from .registry import register_model
 
 __all__ = ["CrateMAE", "CrateMAEDecoderBlock", "sincos_pos_embed"]
 

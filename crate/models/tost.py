@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 from timm.layers import DropPath, Mlp, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs
 from timm.models.xcit import ClassAttentionBlock, PositionalEncodingFourier
 from timm.models.xcit import checkpoint_filter_fn as xcit_checkpoint_filter_fn
 from torch import nn
@@ -37,6 +37,7 @@ from .checkpoint import pretrained_kwargs
 from .classifier_api import TransformerClassifier
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg, crate_cfg
+from .registry import register_model
 from .shipped import cifar10_cfg
 
 __all__ = ["ToST", "ToSTBlock"]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from timm.layers import Attention
 from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 from torch import nn
@@ -26,6 +26,7 @@ from .checkpoint import pretrained_kwargs
 from .classifier_api import forget_label_names
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
+from .registry import register_model
 from .shipped import cifar10_cfg, digits_cfg
 
 __all__ = ["TwinAttention", "ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
