@@ -13,6 +13,7 @@ import pytest
 import timm
 import torch
 from safetensors.torch import save_file
+from timm.models import model_entrypoint
 
 import crate  # noqa: F401
 from benchmarks.official_layouts import perturb_
@@ -185,3 +186,11 @@ def test_a_run_is_built_with_its_pooling_and_may_be_read_under_another_as_a_ship
             name, pretrained=True, pretrained_cfg_overlay=overlay, num_classes=0, global_pool="avg"
         )
     assert features.global_pool == "avg"
+
+
+def test_every_zoo_model_function_tells_its_callers_settings_from_its_own() -> None:
+    """Each zoo model function is registered through ``crate.models.registry`` (timm's own ``register_model``
+    would leave a setting asked for as the name's own value indistinguishable from one not given)."""
+    zoo = [name for name in timm.list_models() if model_entrypoint(name).__module__.startswith("crate.")]
+    plain = [name for name in zoo if not hasattr(model_entrypoint(name), "__wrapped__")]
+    assert len(zoo) > 50 and not plain, plain
