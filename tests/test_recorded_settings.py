@@ -18,6 +18,7 @@ from timm.models import model_entrypoint
 import crate  # noqa: F401
 from benchmarks.official_layouts import perturb_
 from crate.lit import ImageClassifier, MaskedAutoencoder, SelfDistillation
+from crate.models import registry
 
 CASES = [
     ("crate_nano_patch4_32", {"lambd": 1.0, "num_heads": 2}),  # the name's own: 4 subspaces, lambd 0.1
@@ -106,6 +107,7 @@ def test_a_run_that_asks_for_the_names_own_value_is_built_and_recorded_as_asked(
         )
     assert module.hparams.model_kwargs == {"num_heads": 4, "lambd": 1.0}
     assert module.model.blocks[0].attn.num_heads == 4
+    assert {float(block.ista.lambd) for block in module.model.blocks} == {1.0}  # the rest from the file
     rebuilt = timm.create_model(name, num_classes=10, **module.hparams.model_kwargs)  # as its own export builds it
     rebuilt.load_state_dict(module.model.state_dict())
     assert torch.equal(_logits(rebuilt), _logits(module.model))
@@ -192,5 +194,5 @@ def test_every_zoo_model_function_tells_its_callers_settings_from_its_own() -> N
     """Each zoo model function is registered through ``crate.models.registry`` (timm's own ``register_model``
     would leave a setting asked for as the name's own value indistinguishable from one not given)."""
     zoo = [name for name in timm.list_models() if model_entrypoint(name).__module__.startswith("crate.")]
-    plain = [name for name in zoo if not hasattr(model_entrypoint(name), "__wrapped__")]
+    plain = [name for name in zoo if model_entrypoint(name).__code__.co_filename != registry.__file__]
     assert len(zoo) > 50 and not plain, plain
