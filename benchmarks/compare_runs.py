@@ -2,7 +2,9 @@
 
 Prints, for the epochs both runs reached: the first run's last and best validation accuracy, both runs' mean over
 the last ten epochs of the first, the epochs in which the first run was ahead and its median lead, and its last
-train accuracy. The figures the results page gives for a long CPU run beside an earlier one come from here::
+train accuracy. ``--since`` and ``--until`` (epochs counted from 1) compare a stretch of the run only, e.g. the epochs
+after a regulariser stopped, or the run as it stood after its N-th epoch. The figures the results page gives for a
+long CPU run beside an earlier one come from here::
 
     python -m benchmarks.compare_runs benchmarks/results/cpu_runs/crate_cct_w152_full/metrics.csv \\
         benchmarks/results/cpu_runs/crate_cct_full/metrics.csv
@@ -26,10 +28,16 @@ def per_epoch(path: Path, column: str) -> dict[int, float]:
     return values
 
 
-def compare(run: Path, reference: Path, last: int = 10) -> dict[str, float | int]:
+def compare(
+    run: Path, reference: Path, last: int = 10, since: int = 1, until: int | None = None
+) -> dict[str, float | int]:
+    """The run against the reference over the run's epochs ``since`` to ``until`` (counted from 1, both included)."""
     val, ref, train = per_epoch(run, "val/acc"), per_epoch(reference, "val/acc"), per_epoch(run, "train/acc")
     if not val:
         raise SystemExit(f"compare_runs: {run} logs no val/acc; pass a run's metrics.csv")
+    val = {epoch: acc for epoch, acc in val.items() if since <= epoch + 1 <= (until or epoch + 1)}
+    if not val:
+        raise SystemExit(f"compare_runs: {run} logs no val/acc in epochs {since} to {until}; widen --since/--until")
     epochs = sorted(val)
     shared = [epoch for epoch in epochs if epoch in ref]
     if not shared:
@@ -57,11 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run", type=Path, help="the run's metrics.csv")
     parser.add_argument("reference", type=Path, help="the metrics.csv it is compared with")
     parser.add_argument("--last", type=int, default=10, help="epochs the means are taken over")
+    parser.add_argument("--since", type=int, default=1, help="the first epoch compared (counted from 1)")
+    parser.add_argument("--until", type=int, default=None, help="the last epoch compared (counted from 1)")
     args = parser.parse_args(argv)
     for path in (args.run, args.reference):
         if not path.is_file():
             raise SystemExit(f"compare_runs: {path} does not exist; pass a run's metrics.csv")
-    for key, value in compare(args.run, args.reference, args.last).items():
+    for key, value in compare(args.run, args.reference, args.last, args.since, args.until).items():
         print(f"{key:22s} {value:.4f}" if isinstance(value, float) else f"{key:22s} {value}")
 
 
