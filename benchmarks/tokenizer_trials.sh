@@ -30,7 +30,8 @@
 # crate_cct4_3x2_w152_32, crate_alpha_cct_full for crate_alpha_cct4_3x2_32 at lr 2e-3,
 # crate_alpha_cct_lr3e3_bs64_lambd1_full for it on the stack of lr 3e-3, batch 64 and sparsity weight 1.0,
 # crate_alpha_cct_full_cycle2 gives its shipped weights a second cosine cycle of 40 epochs at lr 5e-4, and
-# crate_alpha_cct_mix_full trains it with CCT's Mixup, CutMix and random erasing on all of CIFAR-10.
+# crate_alpha_cct_mix_full trains it with CCT's Mixup, CutMix and random erasing on all of CIFAR-10, and
+# vit_cct_full trains its ViT twin vit_cct4_3x2_32 on crate_alpha_cct_full's recipe.
 # logs/ stays on one machine, so a run's folder is kept in the repository from one machine to the next:
 # `benchmarks/tokenizer_trials.sh keep [NAME]` (after stopping it with SIGTERM or Ctrl-C, which saves a
 # checkpoint) copies the folder's last and best checkpoints and its logs into benchmarks/results/cpu_runs/NAME/
@@ -197,6 +198,12 @@ for trial in ${TRIALS:-crate_cct crate_patch vit_cct vit_patch}; do
     # only if its last weights, exported in float16, score 0.8906 or more on val (0.5 points over the file's 0.8856)
     crate_alpha_cct_mix_full) run "$trial" --model.model_name crate_alpha_cct4_3x2_32 --model.lr 2e-3 \
       --data.root data/cifar10 --trainer.max_epochs 200 --config configs/cifar10/gpu_window/cct_mixing.yaml ;;
+    # the ViT twin on the shipped CRATE-alpha recipe (lr 2e-3, batch 128, 200 epochs, all of CIFAR-10): the shipped
+    # vit_cct4_3x2_32.cifar10 comes from the one-GPU recipe at batch 512, so this is the same-recipe reading beside
+    # crate_alpha_cct4_3x2_32.cifar10; resumes where it stopped; replaces the shipped vit_cct4_3x2_32.cifar10 only if
+    # its last weights, exported in float16, score 0.8858 or more on val (0.5 points over the file's 0.8808)
+    vit_cct_full) run "$trial" --model.model_name vit_cct4_3x2_32 --model.lr 2e-3 --data.root data/cifar10 \
+      --trainer.max_epochs 200 ;;
     *) echo "unknown trial $trial" >&2; exit 2 ;;
   esac
 done
