@@ -2,9 +2,10 @@
 
 Prints, for the epochs both runs reached: the first run's last and best validation accuracy, both runs' mean over
 the last ten epochs of the first, the epochs in which the first run was ahead and its median lead, and its last
-train accuracy. ``--since`` and ``--until`` (epochs counted from 1) compare a stretch of the run only, e.g. the epochs
-after a regulariser stopped, or the run as it stood after its N-th epoch. The figures the results page gives for a
-long CPU run beside an earlier one come from here::
+train accuracy. Epochs are counted from 1 throughout (``epochs`` is how many the run logged, ``best_epoch`` the
+N-th; Lightning's logs and checkpoint names count from 0). ``--since`` and ``--until`` compare a stretch of the run
+only, e.g. the epochs after a regulariser stopped, or the run as it stood after its N-th epoch. The figures the
+results page gives for a long CPU run beside an earlier one come from here::
 
     python -m benchmarks.compare_runs benchmarks/results/cpu_runs/crate_cct_w152_full/metrics.csv \\
         benchmarks/results/cpu_runs/crate_cct_full/metrics.csv
@@ -37,7 +38,8 @@ def compare(
         raise SystemExit(f"compare_runs: {run} logs no val/acc; pass a run's metrics.csv")
     val = {epoch: acc for epoch, acc in val.items() if since <= epoch + 1 <= (until or epoch + 1)}
     if not val:
-        raise SystemExit(f"compare_runs: {run} logs no val/acc in epochs {since} to {until}; widen --since/--until")
+        stretch = f"epochs {since} to {until}" if until else f"epoch {since} on"
+        raise SystemExit(f"compare_runs: {run} logs no val/acc from {stretch}; widen --since/--until")
     epochs = sorted(val)
     shared = [epoch for epoch in epochs if epoch in ref]
     if not shared:
@@ -49,7 +51,7 @@ def compare(
         "epochs": final + 1,
         "val_last": val[final],
         "val_best": max(val.values()),
-        "best_epoch": max(val, key=val.__getitem__),
+        "best_epoch": max(val, key=val.__getitem__) + 1,
         "val_mean_last": statistics.mean(val[epoch] for epoch in tail),
         "reference_mean_last": statistics.mean(ref[epoch] for epoch in tail if epoch in ref),
         "reference_at_last": ref.get(final, float("nan")),

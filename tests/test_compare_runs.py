@@ -20,10 +20,11 @@ def test_compare_runs_matches_a_hand_count_of_leads_means_and_best(tmp_path: Pat
     run = _write(tmp_path / "run.csv", [0.5, 0.7, 0.6, 0.9], train=[0.1, 0.2, 0.3, 0.4])
     reference = _write(tmp_path / "ref.csv", [0.6, 0.6, 0.6, 0.8, 0.95])
     result = compare(run, reference, last=2)
-    # leads: -0.1, +0.1, 0.0, +0.1 -> ahead in 2 of 4, median of the sorted (-0.1, 0, 0.1, 0.1) is 0.05
+    # leads: -0.1, +0.1, 0.0, +0.1 -> ahead in 2 of 4, median of the sorted (-0.1, 0, 0.1, 0.1) is 0.05; the best
+    # val (0.9) is the 4th epoch, counted from 1
     assert result["epochs"] == 4 and result["epochs_ahead"] == 2 and result["epochs_compared"] == 4
     assert result["median_lead"] == pytest.approx(0.05)
-    assert result["val_last"] == 0.9 and result["val_best"] == 0.9 and result["best_epoch"] == 3
+    assert result["val_last"] == 0.9 and result["val_best"] == 0.9 and result["best_epoch"] == 4
     assert result["val_mean_last"] == pytest.approx(0.75) and result["reference_mean_last"] == pytest.approx(0.7)
     assert result["reference_at_last"] == 0.8 and result["train_last"] == 0.4
 
@@ -35,10 +36,12 @@ def test_compare_runs_over_a_stretch_of_epochs_matches_a_hand_count(tmp_path: Pa
     # leads: +0.1, 0.0, +0.1 -> ahead in 2 of 3, median 0.1; the 5th epoch's 0.4 is outside the stretch
     assert result["epochs"] == 4 and result["epochs_ahead"] == 2 and result["epochs_compared"] == 3
     assert result["median_lead"] == pytest.approx(0.1)
-    assert result["val_last"] == 0.9 and result["best_epoch"] == 3 and result["train_last"] == 0.4
+    assert result["val_last"] == 0.9 and result["best_epoch"] == 4 and result["train_last"] == 0.4
     assert result["val_mean_last"] == pytest.approx(0.75) and result["reference_mean_last"] == pytest.approx(0.7)
-    with pytest.raises(SystemExit, match="no val/acc in epochs 6 to None"):
+    with pytest.raises(SystemExit, match="no val/acc from epoch 6 on"):
         compare(run, reference, since=6)
+    with pytest.raises(SystemExit, match="no val/acc from epochs 6 to 7"):
+        compare(run, reference, since=6, until=7)
 
 
 def test_compare_runs_refuses_a_file_without_validation_figures(tmp_path: Path) -> None:
