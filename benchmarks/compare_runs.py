@@ -33,12 +33,16 @@ def compare(
     run: Path, reference: Path, last: int = 10, since: int = 1, until: int | None = None
 ) -> dict[str, float | int]:
     """The run against the reference over the run's epochs ``since`` to ``until`` (counted from 1, both included)."""
+    if since < 1 or (until is not None and until < since):
+        raise SystemExit(
+            f"compare_runs: --since {since} --until {until} is no stretch; epochs count from 1, since <= until"
+        )
     val, ref, train = per_epoch(run, "val/acc"), per_epoch(reference, "val/acc"), per_epoch(run, "train/acc")
     if not val:
         raise SystemExit(f"compare_runs: {run} logs no val/acc; pass a run's metrics.csv")
-    val = {epoch: acc for epoch, acc in val.items() if since <= epoch + 1 <= (until or epoch + 1)}
+    val = {epoch: acc for epoch, acc in val.items() if since <= epoch + 1 and (until is None or epoch + 1 <= until)}
     if not val:
-        stretch = f"epochs {since} to {until}" if until else f"epoch {since} on"
+        stretch = f"epoch {since} on" if until is None else f"epochs {since} to {until}"
         raise SystemExit(f"compare_runs: {run} logs no val/acc from {stretch}; widen --since/--until")
     epochs = sorted(val)
     shared = [epoch for epoch in epochs if epoch in ref]

@@ -42,6 +42,9 @@ def test_compare_runs_over_a_stretch_of_epochs_matches_a_hand_count(tmp_path: Pa
         compare(run, reference, since=6)
     with pytest.raises(SystemExit, match="no val/acc from epochs 6 to 7"):
         compare(run, reference, since=6, until=7)
+    for since, until in ((0, None), (3, 2), (1, 0)):  # no stretch at all: refused before the logs are read
+        with pytest.raises(SystemExit, match="is no stretch"):
+            compare(run, reference, since=since, until=until)
 
 
 def test_compare_runs_refuses_a_file_without_validation_figures(tmp_path: Path) -> None:
