@@ -34,9 +34,8 @@ def compare(
 ) -> dict[str, float | int]:
     """The run against the reference over the run's epochs ``since`` to ``until`` (counted from 1, both included)."""
     if since < 1 or (until is not None and until < since):
-        raise SystemExit(
-            f"compare_runs: --since {since} --until {until} is no stretch; epochs count from 1, since <= until"
-        )
+        given = f"--since {since}" + ("" if until is None else f" --until {until}")
+        raise SystemExit(f"compare_runs: {given} is no stretch; epochs count from 1, since <= until")
     val, ref, train = per_epoch(run, "val/acc"), per_epoch(reference, "val/acc"), per_epoch(run, "train/acc")
     if not val:
         raise SystemExit(f"compare_runs: {run} logs no val/acc; pass a run's metrics.csv")
