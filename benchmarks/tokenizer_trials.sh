@@ -40,8 +40,9 @@
 # checkpoints/crate_cct4_3x2_32.cifar10.safetensors, crate_cct_w152_full's as
 # checkpoints/crate_cct4_3x2_w152_32.cifar10.safetensors, crate_alpha_cct_full's as
 # checkpoints/crate_alpha_cct4_3x2_32.cifar10.safetensors, crate_alpha_cct_lr3e3_bs64_lambd1_full's as
-# checkpoints/crate_alpha_cct4_3x2_32.cifar10_lambd1.safetensors; crate_alpha_cct_mix_full's did not ship), and a
-# start says it is done.
+# checkpoints/crate_alpha_cct4_3x2_32.cifar10_lambd1.safetensors, vit_cct_full's as
+# checkpoints/vit_cct4_3x2_32.cifar10.safetensors; crate_alpha_cct_mix_full's did not ship), and a start says it is
+# done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${EPOCHS:-50}
