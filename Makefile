@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
 
-.PHONY: setup lock train test test-fast lint clean docs docs-tables checkpoints results report report-cifar10 controls-table bench zoo-table attention-scaling \
+.PHONY: setup lock train test test-fast lint clean docs docs-tables checkpoints results report report-cifar10 report-cifar10-cct controls-table bench zoo-table attention-scaling \
 	cifar10-data checkpoints-cifar10 gpu-carry
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -129,6 +129,13 @@ report-cifar10: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.cifar10 --out docs/interpret_cifar10 --overwrite \
 	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
+
+# The same report for the 0.48 M tokenizer members: CRATE-alpha's shipped file against its ViT twin trained on the
+# same recipe and CRATE's member (docs/interpret_cifar10_cct/); needs data/cifar10.
+report-cifar10-cct: $(STAMP)
+	test -d data/cifar10/train || $(MAKE) cifar10-data
+	$(PY) -m crate.interpret --model crate_alpha_cct4_3x2_32.cifar10 --out docs/interpret_cifar10_cct --overwrite \
+	  --compare vit_cct4_3x2_32.cifar10 - --compare crate_cct4_3x2_32.cifar10 -
 
 # The documentation site (mkdocs-material, API reference by mkdocstrings) into site/: strict, so a broken link,
 # a page outside the navigation or a docstring griffe cannot read fails; the generated tables must be current.

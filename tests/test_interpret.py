@@ -22,6 +22,7 @@ from crate.interpret.geometry import (
     dictionary_coherence,
     gram_identity_distance,
     random_subspace_coherence,
+    random_subspace_coherence_draws,
     subspace_coherence,
 )
 from crate.interpret.lenses import head_redundancy, relative_dispersion, token_dispersion
@@ -182,6 +183,12 @@ def test_crate_head_geometry_on_hand_set_subspaces() -> None:
     expected = math.gamma(5) / (math.sqrt(math.pi) * math.gamma(5.5))
     assert random_subspace_coherence(2, 10, 1, draws=3000) == pytest.approx(expected, abs=0.01)
     assert random_subspace_coherence(3, 8, 8, draws=2) == pytest.approx(1.0, abs=1e-9)  # p = d: one space
+    draws = random_subspace_coherence_draws(2, 10, 1, draws=50)
+    assert len(draws) == 50 and np.mean(draws) == pytest.approx(random_subspace_coherence(2, 10, 1, draws=50))
+    assert geometry["random_head_coherence_sd"] == pytest.approx(
+        np.std(random_subspace_coherence_draws(4, 96, 24), ddof=1)
+    )
+    assert geometry["random_head_coherence"] == pytest.approx(random_subspace_coherence(4, 96, 24))
 
 
 def test_segmentation_pieces_on_known_masks() -> None:

@@ -96,6 +96,26 @@ def test_head_coherence_against_random_subspaces_and_the_random_init(trained: fl
     assert ("not a finding" not in line) is finding, line
 
 
+def test_head_coherence_within_the_random_subspaces_scatter_is_not_a_finding() -> None:
+    """Two heads of 64 in a width of 128 (the 0.48 M tokenizer members): random subspaces of that shape have
+    coherence 0.99995 with a standard deviation of 6e-5 over their draws, so a trained 0.99990, below the random
+    mean and both seeds by less than that scatter, must not read as 'less coherent'; a figure beyond the scatter
+    still does."""
+    seeds = [_figures(coherence=0.99996), _figures(coherence=0.99997)]
+    saturated = _figures(coherence=0.99990)
+    saturated["geometry"].update(random_head_coherence=0.99995, random_head_coherence_sd=6e-5)
+    line = _line(plain_verdicts("m", _result(saturated, seeds)), "- Head subspaces")
+    assert "not a finding" in line and "cannot tell heads apart" in line, line
+    saturated["geometry"].pop("random_head_coherence_sd")  # without the scatter, the bare difference decides
+    assert "less coherent" in _line(plain_verdicts("m", _result(saturated, seeds)), "- Head subspaces")
+    seeds = [_figures(coherence=0.845), _figures(coherence=0.86)]
+    for trained, words in ((0.87, "not a finding"), (0.9, "more coherent"), (0.81, "less coherent")):
+        figures = _figures(coherence=trained)
+        figures["geometry"]["random_head_coherence_sd"] = 0.009  # 4 heads of 24 in 96: margin 0.018 either side
+        line = _line(plain_verdicts("m", _result(figures, seeds)), "- Head subspaces")
+        assert words in line and "cannot tell" not in line, line
+
+
 def test_sparsity_within_the_seeds_is_not_a_finding() -> None:
     seeds = [_figures(zeros=0.55), _figures(zeros=0.63)]
     assert "not a finding" in _line(plain_verdicts("m", _result(_figures(zeros=0.6), seeds)), "- Sparsity")

@@ -22,7 +22,7 @@ from .geometry import (
     gram_identity_distance,
     mean_off_diagonal,
     random_dictionary_baseline,
-    random_subspace_coherence,
+    random_subspace_coherence_draws,
     subspace_coherence,
 )
 from .lenses import (
@@ -112,10 +112,12 @@ def operator_geometry(model: nn.Module, traces: list[BlockTrace]) -> dict[str, A
     """Per layer: coherence between heads' subspaces and (where there is one) of the sparse-coding
     dictionary, each next to its random baseline of the same shape."""
     heads, dim, width = traces[0].subspaces.shape
+    draws = random_subspace_coherence_draws(heads, dim, width) if heads > 1 else None
     result: dict[str, Any] = {
         "subspace_coherence": [],
         "mean_head_coherence": [],
-        "random_head_coherence": random_subspace_coherence(heads, dim, width) if heads > 1 else None,
+        "random_head_coherence": float(np.mean(draws)) if draws else None,
+        "random_head_coherence_sd": float(np.std(draws, ddof=1)) if draws else None,
     }
     for trace in traces:
         C = subspace_coherence(trace.subspaces)

@@ -22,6 +22,7 @@ __all__ = [
     "mean_off_diagonal",
     "random_dictionary_baseline",
     "random_subspace_coherence",
+    "random_subspace_coherence_draws",
     "subspace_coherence",
 ]
 
@@ -55,13 +56,21 @@ def mean_off_diagonal(C: torch.Tensor) -> float:
     return float(C[~torch.eye(size, dtype=torch.bool)].mean())
 
 
-def random_subspace_coherence(heads: int, dim: int, width: int, draws: int = _DRAWS, seed: int = 0) -> float:
-    """Mean off-diagonal :func:`subspace_coherence` of ``heads`` Gaussian subspaces U (heads, dim, width)."""
+def random_subspace_coherence_draws(
+    heads: int, dim: int, width: int, draws: int = _DRAWS, seed: int = 0
+) -> list[float]:
+    """Mean off-diagonal :func:`subspace_coherence` of ``heads`` Gaussian subspaces U (heads, dim, width), one
+    value per draw: their spread says how far a learned value must lie from their mean to differ from chance."""
     generator = torch.Generator().manual_seed(seed)
-    values = [
+    return [
         mean_off_diagonal(subspace_coherence(torch.randn(heads, dim, width, generator=generator, dtype=torch.float64)))
         for _ in range(draws)
     ]
+
+
+def random_subspace_coherence(heads: int, dim: int, width: int, draws: int = _DRAWS, seed: int = 0) -> float:
+    """The mean of :func:`random_subspace_coherence_draws`."""
+    values = random_subspace_coherence_draws(heads, dim, width, draws, seed)
     return sum(values) / len(values)
 
 

@@ -178,16 +178,29 @@ def _segmentation(mine: Mapping[str, Any], initial: Mapping[str, Any] | None) ->
     return f"- Segmentation (layer {layer}): the best head's IoU: {words}."
 
 
-def _coherence(mine: Mapping[str, Any], random: float | None, initial: Mapping[str, Any] | None) -> str | None:
-    coherence = mine["head_coherence"]
+def _coherence(mine: Mapping[str, Any], geometry: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str | None:
+    """The last layer's head coherence against random subspaces of the same shape and the random init. The
+    random subspaces' draws scatter: a figure within two of their standard deviations of a control's reaches it.
+    Where random subspaces of this shape are already near 1 (heads that fill the width), the measure cannot
+    separate models at all, and the sentence says so."""
+    coherence, random = mine["head_coherence"], geometry.get("random_head_coherence")
     if coherence is None or random is None:
         return None
+    margin = 2.0 * (geometry.get("random_head_coherence_sd") or 0.0)
     seeds = _seeds(initial or {}, "head_coherence")
     controls = [random, *seeds]
-    side = _either_way(coherence, controls)
-    said = f"{coherence:.3f}; random subspaces {random:.3f}" + (f", random init {_span(seeds)}" if seeds else "")
+    side = _either_way(coherence, [min(controls) - margin, max(controls) + margin])
+    spread = f" ± {margin / 2:.3f}" if margin else ""
+    said = f"{coherence:.3f}; random subspaces {random:.3f}{spread}" + (
+        f", random init {_span(seeds)}" if seeds else ""
+    )
     if side is None:
-        return f"- Head subspaces: not a finding: coherence within its controls ({said})."
+        saturated = (
+            "; random subspaces of this shape are already this coherent, so the measure cannot tell heads apart here"
+            if random > 0.99
+            else ""
+        )
+        return f"- Head subspaces: not a finding: coherence within its controls ({said}){saturated}."
     return f"- Head subspaces: {'more' if side == 'higher' else 'less'} coherent than every control ({said})."
 
 
@@ -228,7 +241,7 @@ def plain_verdicts(label: str, result: Mapping[str, Any]) -> list[str]:
         sentences += [_sparsity(mine, initial), _attention(mine, initial)]
     sentences += [
         _segmentation(mine, initial),
-        _coherence(mine, result["geometry"].get("random_head_coherence"), initial),
+        _coherence(mine, result["geometry"], initial),
         _probe(mine, initial, result.get("probe_classes"), (result.get("sampled_images") or {}).get("val")),
     ]
     return lines + [sentence for sentence in sentences if sentence] + [""]
