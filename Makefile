@@ -147,10 +147,11 @@ docs: $(STAMP)
 docs-tables: $(STAMP)
 	$(PY) -m scripts.docs_tables
 
-# The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10 weight
-# file beside its random init (docs/controls_cifar10.md and .json; a few minutes).
+# The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10
+# classifier beside its random init (docs/controls_cifar10.md and .json; about 15 minutes on two CPU cores).
 controls-table: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
+	test -d data/cifar10_10k/val || $(PY) benchmarks/cifar10_subset.py data/cifar10 data/cifar10_10k --train 1000 --val 200
 	$(PY) -m benchmarks.controls_table
 
 # Throughput of every CPU-scale family and CRATE-T/16 against the official layout, fp32 and bf16, eager

@@ -36,19 +36,15 @@ from crate.interpret.objective_table import count_against_seeds, objective_table
 from crate.interpret.verdicts import null_counts
 from crate.metrics import trace_model
 from crate.metrics.representatives import representative_compression
+from crate.results import shipped_tags
 from crate.run import resolve_data
 
-TAGS = (
-    "crate_nano_patch4_32.cifar10",
-    "crate_micro_patch4_32.cifar10",
-    "crate_alpha_nano_patch4_32.cifar10",
-    "crate_alpha_micro_patch4_32.cifar10",
-    "vit_nano_patch4_32.cifar10",
-    "vit_micro_patch4_32.cifar10",
-    "tost_nano_patch4_32.cifar10",
-    "cbt_nano_patch4_32.cifar10",
-)
 EPS = {"official": 0.01, "paper": 0.5}
+
+
+def cifar10_tags() -> list[str]:
+    """Every shipped CIFAR-10 classifier's tag (``NAME.cifar10`` and its variants ``NAME.cifar10_*``)."""
+    return [tag for tag in shipped_tags() if tag.partition(".")[2].startswith("cifar10")]
 
 
 def controls_of(model: torch.nn.Module, images: torch.Tensor) -> dict[str, Any]:
@@ -202,8 +198,8 @@ def _overrides(rest: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tags", nargs="+", default=list(TAGS), help="shipped tags (default: every CIFAR-10 one)")
-    parser.add_argument("--images", type=int, default=256, help="validation images (class-mixed sample)")
+    parser.add_argument("--tags", nargs="+", default=None, help="shipped tags (default: every CIFAR-10 classifier)")
+    parser.add_argument("--images", type=int, default=64, help="validation images (class-mixed sample)")
     parser.add_argument("--out", default=str(REPO / "docs" / "controls_cifar10.md"))
     parser.add_argument("--from-json", action="store_true", help="rewrite <out> from <out>.json, measuring nothing")
     args, rest = parser.parse_known_args()
@@ -216,7 +212,7 @@ def main() -> None:
     torch.manual_seed(0)
     start = time.perf_counter()
     results = {}
-    for tag in args.tags:
+    for tag in args.tags or cifar10_tags():
         try:
             results[tag] = measure_tag(tag, args.images, overrides)
         except (FileNotFoundError, ValueError) as err:

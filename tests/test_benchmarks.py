@@ -242,6 +242,19 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     assert f"beyond the shared null in {count} of 4{against}." in text
 
 
+def test_controls_table_defaults_to_every_shipped_cifar10_classifier() -> None:
+    """The default tags are the CIFAR-10 weight files in checkpoints/ that carry a classifier: a file shipped later
+    joins the table without an edit, and the self-supervised encoder (no classifier, nothing to compare) stays out."""
+    import timm
+
+    from benchmarks import controls_table
+
+    files = {p.name.removesuffix(".safetensors") for p in (REPO / "checkpoints").glob("*.cifar10*.safetensors")}
+    classifiers = {tag for tag in files if timm.models.get_pretrained_cfg(tag).num_classes != 0}
+    assert "vit_cct4_3x2_32.cifar10" in classifiers and "crate_nano_patch4_32.cifar10_simdino" in files - classifiers
+    assert set(controls_table.cifar10_tags()) == classifiers
+
+
 def test_the_objective_trade_off_is_no_finding_where_the_untrained_architecture_beats_the_nulls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
