@@ -1,4 +1,4 @@
-"""``make controls-table``: the compression controls of every shipped CIFAR-10 weight file, beside its random init.
+"""``make controls-table``: the compression controls of every shipped CIFAR-10 classifier, beside its random init.
 
     .venv/bin/python -m benchmarks.controls_table                  # docs/controls_cifar10.md and .json
     .venv/bin/python -m benchmarks.controls_table --tags crate_nano_patch4_32.cifar10 --images 32 --out /tmp/c.md
