@@ -6,7 +6,8 @@
 - Dictionary D (d x m, atoms as columns): mutual coherence max_{i != j} |<d_i, d_j>| / (||d_i|| ||d_j||),
   and the distance of the Gram matrix from the identity ||D^T D - I||_F / ||I||_F.
 
-Each comes with a random baseline of the same shape (Gaussian entries, fixed seed, mean over draws):
+Each comes with a random baseline of the same shape (Gaussian entries, fixed seed; the mean over draws, and for
+subspaces their spread):
 K random p-dimensional subspaces of R^d already have a large coherence when K p is not small against d
 (two random 24-dimensional subspaces of R^96 have coherence about 0.8), so a learned value means
 something only next to its baseline.
@@ -21,7 +22,6 @@ __all__ = [
     "gram_identity_distance",
     "mean_off_diagonal",
     "random_dictionary_baseline",
-    "random_subspace_coherence",
     "random_subspace_coherence_draws",
     "subspace_coherence",
 ]
@@ -66,12 +66,6 @@ def random_subspace_coherence_draws(
         mean_off_diagonal(subspace_coherence(torch.randn(heads, dim, width, generator=generator, dtype=torch.float64)))
         for _ in range(draws)
     ]
-
-
-def random_subspace_coherence(heads: int, dim: int, width: int, draws: int = _DRAWS, seed: int = 0) -> float:
-    """The mean of :func:`random_subspace_coherence_draws`."""
-    values = random_subspace_coherence_draws(heads, dim, width, draws, seed)
-    return sum(values) / len(values)
 
 
 def random_dictionary_baseline(D: torch.Tensor, draws: int = _DRAWS, seed: int = 0) -> dict[str, float]:

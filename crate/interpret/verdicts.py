@@ -85,11 +85,12 @@ def _span(values: list[float], digits: int = 3) -> str:
     return f"{low:.{digits}f}" if low == high else f"{low:.{digits}f}-{high:.{digits}f}"
 
 
-def _either_way(trained: float, seeds: list[float]) -> Direction | None:
-    """'higher' or 'lower' where the trained figure lies beyond every seed on that side, None within them."""
-    if trained > max(seeds):
+def _either_way(trained: float, seeds: list[float], margin: float = 0.0) -> Direction | None:
+    """'higher' or 'lower' where the trained figure lies beyond every seed on that side by more than ``margin``
+    (the controls' own scatter), None within them."""
+    if trained > max(seeds) + margin:
         return "higher"
-    if trained < min(seeds):
+    if trained < min(seeds) - margin:
         return "lower"
     return None
 
@@ -181,15 +182,15 @@ def _segmentation(mine: Mapping[str, Any], initial: Mapping[str, Any] | None) ->
 def _coherence(mine: Mapping[str, Any], geometry: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str | None:
     """The last layer's head coherence against random subspaces of the same shape and the random init. The
     random subspaces' draws scatter: a figure within two of their standard deviations of a control's reaches it.
-    Where random subspaces of this shape are already near 1 (heads that fill the width), the measure cannot
-    separate models at all, and the sentence says so."""
+    Where that scatter reaches 1 (heads that fill the width), the measure cannot separate models at all, and the
+    sentence says so."""
     coherence, random = mine["head_coherence"], geometry.get("random_head_coherence")
     if coherence is None or random is None:
         return None
     margin = 2.0 * (geometry.get("random_head_coherence_sd") or 0.0)
     seeds = _seeds(initial or {}, "head_coherence")
     controls = [random, *seeds]
-    side = _either_way(coherence, [min(controls) - margin, max(controls) + margin])
+    side = _either_way(coherence, controls, margin)
     spread = f" ± {margin / 2:.3f}" if margin else ""
     said = f"{coherence:.3f}; random subspaces {random:.3f}{spread}" + (
         f", random init {_span(seeds)}" if seeds else ""
@@ -197,7 +198,7 @@ def _coherence(mine: Mapping[str, Any], geometry: Mapping[str, Any], initial: Ma
     if side is None:
         saturated = (
             "; random subspaces of this shape are already this coherent, so the measure cannot tell heads apart here"
-            if random > 0.99
+            if margin and random + margin >= 1.0
             else ""
         )
         return f"- Head subspaces: not a finding: coherence within its controls ({said}){saturated}."
