@@ -2,8 +2,11 @@
 
 A figure is a finding only where no control reaches it in the direction claimed: one function
 (:func:`verdict`) turns (trained figure, control figures, direction) into the sentence, and each section of the
-report's verdicts goes through it. Controls with several draws (the architecture at initialisation under
-several seeds) count by their most favourable draw: if any seed reaches the trained figure, so can chance.
+report's verdicts goes through it. A control with several draws (the architecture at initialisation under
+several seeds) reaches as far as another draw of it could: the 95% prediction interval for one more draw
+(:func:`draw_interval`). Its most favourable draw alone would not do: with three seeds, a fourth draw of the same
+distribution lies outside their range half the time, so a model no different from its initialisation would read
+as a finding in one report of two.
 """
 
 from __future__ import annotations
@@ -12,19 +15,65 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
+from scipy import stats
 
 from .compression_table import layer_verdicts
 from .objective_table import count_against_seeds, objective_counts, objective_verdict_lines
 
-__all__ = ["null_counts", "plain_verdicts", "verdict", "verdict_figures"]
+__all__ = ["draw_interval", "null_counts", "plain_verdicts", "verdict", "verdict_figures"]
 
 Direction = Literal["higher", "lower"]
+Limits = tuple[float, float]
+SHARE: Limits = (0.0, 1.0)  # accuracies, IoUs, shares of zeros, attention mass, coherence
+UNBOUNDED: Limits = (-np.inf, np.inf)
 
 
-def _reach(values: float | Sequence[float], direction: Direction) -> float:
-    """The control's value closest to the claim: its highest draw for a claim of 'higher', lowest for 'lower'."""
-    values = [values] if isinstance(values, (int, float)) else list(values)
-    return max(values) if direction == "higher" else min(values)
+def draw_interval(
+    values: float | Sequence[float], level: float = 0.95, limits: Limits = UNBOUNDED
+) -> tuple[float, float]:
+    """How far another draw of a control could lie: one value reaches itself; several draws give the ``level``
+    prediction interval for one more draw of the same normal distribution, mean ± t s sqrt(1 + 1/n) (Student's t
+    with n - 1 degrees of freedom, s the draws' standard deviation), which holds every draw, cut to the figure's
+    own ``limits`` (an accuracy cannot pass 1)."""
+    draws = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    low, high = float(draws.min()), float(draws.max())
+    if draws.size < 2:
+        return low, high
+    half = stats.t.ppf(0.5 + level / 2, draws.size - 1) * draws.std(ddof=1) * np.sqrt(1 + 1 / draws.size)
+    mean = float(draws.mean())
+    return max(min(low, mean - half), limits[0]), min(max(high, mean + half), limits[1])
+
+
+def _reach(values: float | Sequence[float], direction: Direction, limits: Limits = UNBOUNDED) -> float:
+    """The control's reach towards the claim: the top of :func:`draw_interval` for a claim of 'higher', its bottom
+    for 'lower'."""
+    low, high = draw_interval(values, limits=limits)
+    return high if direction == "higher" else low
+
+
+def _range(values: Sequence[float], digits: int) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if low == high else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def _span(values: list[float], digits: int = 3, limits: Limits = UNBOUNDED) -> str:
+    """The draws' range and, for several, how far another draw could lie (:func:`draw_interval`)."""
+    if len(values) < 2:
+        return _range(values, digits)
+    return f"{_range(values, digits)}, another draw {_range(draw_interval(values, limits=limits), digits)}"
+
+
+def _beyond(values: float | Sequence[float], direction: Direction, digits: int, limits: Limits) -> str:
+    """A control passed: its value, or its draws' range and how far another draw could go towards the claim."""
+    if _draws(values) < 2:
+        return f"{_reach(values, direction):.{digits}f}"
+    towards = "up to" if direction == "higher" else "down to"
+    reach = _reach(values, direction, limits)
+    return f"{_range(list(values), digits)} (another draw {towards} {reach:.{digits}f})"
+
+
+def _draws(values: float | Sequence[float]) -> int:
+    return 1 if isinstance(values, (int, float)) else len(values)
 
 
 def verdict(
@@ -34,18 +83,33 @@ def verdict(
     digits: int = 3,
     margin: float = 0.0,
     noise: str = "",
+    limits: Limits = UNBOUNDED,
 ) -> tuple[bool, str]:
     """(finding?, words): whether ``trained`` lies beyond every control in ``direction``, and the words that say
     so: ``"0.981, beyond random init 0.950 and layer 0 0.930"``, or ``"not a finding (random init reaches
-    0.990)"`` naming the first control that reaches or passes it. A control within ``margin`` of the figure
-    (the figure's own noise, described by ``noise``) reaches it too."""
+    0.990)"`` naming the first control that reaches or passes it. A control of several draws reaches as far as
+    :func:`draw_interval` within the figure's ``limits`` (the words then name its draws); one within ``margin``
+    of the figure (the figure's own noise, described by ``noise``) reaches it too."""
+
+    def reaches(value: float) -> bool:
+        return value + margin >= trained if direction == "higher" else value - margin <= trained
+
     for label, values in controls.items():
-        reached = _reach(values, direction)
-        if (reached + margin >= trained) if direction == "higher" else (reached - margin <= trained):
-            short = reached < trained if direction == "higher" else reached > trained
-            within = f" within {noise}" if noise and short else ""
-            return False, f"not a finding ({label} reaches {reached:.{digits}f}{within})"
-    beyond = " and ".join(f"{label} {_reach(v, direction):.{digits}f}" for label, v in controls.items())
+        draws = np.atleast_1d(np.asarray(values, dtype=np.float64))
+        drawn = float(draws.max() if direction == "higher" else draws.min())  # the most favourable draw
+        reached = _reach(values, direction, limits)
+        if not reaches(reached):
+            continue
+        within = []
+        if not reaches(drawn):  # no draw reaches the figure; another draw could
+            within.append(f"the scatter of its {_draws(values)} draws")
+        else:
+            reached = drawn
+        if noise and (reached < trained if direction == "higher" else reached > trained):
+            within.append(noise)
+        said = f" within {' and '.join(within)}" if within else ""
+        return False, f"not a finding ({label} reaches {reached:.{digits}f}{said})"
+    beyond = " and ".join(f"{label} {_beyond(v, direction, digits, limits)}" for label, v in controls.items())
     return True, f"{trained:.{digits}f}, beyond {beyond}"
 
 
@@ -80,17 +144,12 @@ def _seeds(initial: Mapping[str, Any], key: str) -> list[float]:
     return [seed[key] for seed in initial.get("per_seed") or [] if seed.get(key) is not None]
 
 
-def _span(values: list[float], digits: int = 3) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.{digits}f}" if low == high else f"{low:.{digits}f}-{high:.{digits}f}"
-
-
-def _either_way(trained: float, seeds: list[float], margin: float = 0.0) -> Direction | None:
-    """'higher' or 'lower' where the trained figure lies beyond every seed on that side by more than ``margin``
-    (the controls' own scatter), None within them."""
-    if trained > max(seeds) + margin:
+def _either_way(trained: float, intervals: Sequence[tuple[float, float]]) -> Direction | None:
+    """'higher' or 'lower' where the trained figure lies beyond every control's interval on that side (each
+    control's :func:`draw_interval`, or a figure ± its own scatter), None within them."""
+    if trained > max(high for _, high in intervals):
         return "higher"
-    if trained < min(seeds) - margin:
+    if trained < min(low for low, _ in intervals):
         return "lower"
     return None
 
@@ -130,8 +189,8 @@ def _sparsity(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | None
     seeds = _seeds(initial, "code_zeros")
     if mine["code_zeros"] is None or not seeds:
         return None
-    side = _either_way(mine["code_zeros"], seeds)
-    said = f"{mine['code_zeros']:.2f} of entries zero; random init {_span(seeds, 2)} over {len(seeds)} seeds"
+    side = _either_way(mine["code_zeros"], [draw_interval(seeds, limits=SHARE)])
+    said = f"{mine['code_zeros']:.2f} of entries zero; random init over {len(seeds)} seeds {_span(seeds, 2, SHARE)}"
     if side is None:
         return f"- Sparsity: not a finding: the codes' share of zeros lies within the random init's ({said})."
     return f"- Sparsity: the codes are {'sparser' if side == 'higher' else 'denser'} than at initialisation ({said})."
@@ -143,19 +202,20 @@ def _attention(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | Non
     ranks = _seeds(initial, "effective_rank")
     if mine["effective_rank"] is None or not ranks:
         return None
-    side = _either_way(mine["effective_rank"], ranks)
+    side = _either_way(mine["effective_rank"], [draw_interval(ranks)])
     said = f"effective rank {mine['effective_rank']:.2f}, random init {_span(ranks, 2)}"
     if side is None:
         return f"- Attention: not a finding: the maps' effective rank lies within the random init's ({said})."
     focused = side == "lower"
     others = []
-    for key, name, focused_when in (("entropy", "row entropy", "lower"), ("top_k_mass", "top-k mass", "higher")):
+    measures = (("entropy", "row entropy", "lower", UNBOUNDED), ("top_k_mass", "top-k mass", "higher", SHARE))
+    for key, name, focused_when, limits in measures:
         seeds = _seeds(initial, key)
         if mine[key] is None or not seeds:
             continue
-        other = _either_way(mine[key], seeds)
+        other = _either_way(mine[key], [draw_interval(seeds, limits=limits)])
         says = None if other is None else (other == focused_when)
-        others.append((name, says, f"{mine[key]:.3f} against {_span(seeds)}"))
+        others.append((name, says, f"{mine[key]:.3f} against {_span(seeds, 3, limits)}"))
     disagree = [f"{name} ({figures})" for name, says, figures in others if says != focused]
     trend = "more focused" if focused else "more spread"
     if disagree:
@@ -175,25 +235,26 @@ def _segmentation(mine: Mapping[str, Any], initial: Mapping[str, Any] | None) ->
     init = [seed["segmentation"][layer][0] for seed in (initial or {}).get("per_seed") or [] if seed["segmentation"]]
     if init:
         controls["the random init's best head"] = init
-    _, words = verdict(best, controls, "higher")
+    _, words = verdict(best, controls, "higher", limits=SHARE)
     return f"- Segmentation (layer {layer}): the best head's IoU: {words}."
 
 
 def _coherence(mine: Mapping[str, Any], geometry: Mapping[str, Any], initial: Mapping[str, Any] | None) -> str | None:
     """The last layer's head coherence against random subspaces of the same shape and the random init. The
-    random subspaces' draws scatter: a figure within two of their standard deviations of a control's reaches it.
-    Where that scatter reaches 1 (heads that fill the width), the measure cannot separate models at all, and the
-    sentence says so."""
+    random subspaces' draws scatter: a figure within two of their standard deviations of their mean reaches
+    them; the random init reaches as far as :func:`draw_interval` of its seeds. Where the random subspaces'
+    scatter reaches 1 (heads that fill the width), the measure cannot separate models at all, and the sentence
+    says so."""
     coherence, random = mine["head_coherence"], geometry.get("random_head_coherence")
     if coherence is None or random is None:
         return None
     margin = 2.0 * (geometry.get("random_head_coherence_sd") or 0.0)
     seeds = _seeds(initial or {}, "head_coherence")
-    controls = [random, *seeds]
-    side = _either_way(coherence, controls, margin)
+    intervals = [(random - margin, random + margin)] + ([draw_interval(seeds, limits=SHARE)] if seeds else [])
+    side = _either_way(coherence, intervals)
     spread = f" ± {margin / 2:.3f}" if margin else ""
     said = f"{coherence:.3f}; random subspaces {random:.3f}{spread}" + (
-        f", random init {_span(seeds)}" if seeds else ""
+        f", random init {_span(seeds, 3, SHARE)}" if seeds else ""
     )
     if side is None:
         saturated = (
@@ -223,7 +284,7 @@ def _probe(
         controls["layer 0"] = probes[0]
     if classes:
         controls["chance"] = 1 / classes
-    _, words = verdict(p, controls, "higher", margin=margin, noise=f"the noise of {images} images")
+    _, words = verdict(p, controls, "higher", margin=margin, noise=f"the noise of {images} images", limits=SHARE)
     return f"- Linear probe of the last layer: {words}."
 
 
