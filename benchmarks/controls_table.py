@@ -9,9 +9,9 @@ folder has moved), one trace, and ``crate.metrics.controls``: the change of R^c 
 along the trained update, the update negated and without its token mean, the matched-norm nulls (a vector
 shared by all tokens, i.i.d. noise; 8 draws), the theory's MSSA step with its shrink term and the heads'
 outputs through U_[K], at step fractions 1%, 5%, 25%, 100% and as slopes at 0; the same for the architecture
-at the initialisation its recipe trains from (seed 0); and under seeds 0, 1 and 2 the counts of layers whose
-steps beat their nulls, against which the trained counts are read (the report's rule). No training: the shipped
-files are what is measured.
+at the initialisation its recipe trains from (seed 0); and under seeds 0-18 (``--count-seeds``) the counts of
+layers whose steps beat their nulls, against which the trained counts are read (the report's rule). No training:
+the shipped files are what is measured.
 """
 
 from __future__ import annotations
@@ -30,9 +30,14 @@ import crate  # noqa: F401  (registers the zoo)
 from benchmarks.common import REPO
 from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
-from crate.interpret.controls import INIT_SEEDS, compression_control_curves, initialised
+from crate.interpret.controls import compression_control_curves, initialised
 from crate.interpret.evaluate import verdict_null_counts
-from crate.interpret.objective_table import count_against_seeds, objective_table, objective_verdict_lines
+from crate.interpret.objective_table import (
+    SEEDS_TO_DECIDE,
+    count_against_seeds,
+    objective_table,
+    objective_verdict_lines,
+)
 from crate.interpret.verdicts import null_counts
 from crate.metrics import trace_model
 from crate.metrics.representatives import representative_compression
@@ -59,13 +64,14 @@ def controls_of(model: torch.nn.Module, images: torch.Tensor) -> dict[str, Any]:
     return summary
 
 
-def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, Any]:
+def measure_tag(tag: str, images: int, overrides: dict[str, Any], count_seeds: int = SEEDS_TO_DECIDE) -> dict[str, Any]:
     model, recorded = load_run(tag, None)
     data = load_data(resolve_data(None, recorded, overrides), model, limit=images)
     sample = data.val_images[:images]
     random_init = controls_of(initialised(model, 0), sample)
     seed_counts = [null_counts(_as_controls(random_init))]  # seed 0's, from its full controls
-    for seed in INIT_SEEDS[1:]:
+    seeds = range(count_seeds)
+    for seed in seeds[1:]:
         fresh = initialised(model, seed)
         seed_counts.append(verdict_null_counts(fresh, trace_model(fresh, sample), EPS))
     return {
@@ -73,7 +79,7 @@ def measure_tag(tag: str, images: int, overrides: dict[str, Any]) -> dict[str, A
         "images": len(sample),
         "trained": controls_of(model, sample),
         "random_init": random_init,
-        "seed_counts": dict(zip(map(str, INIT_SEEDS), seed_counts, strict=True)),
+        "seed_counts": dict(zip(map(str, seeds), seed_counts, strict=True)),
     }
 
 
@@ -118,6 +124,10 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
         for tag, result in results.items()
     }
     reps = representatives_table(as_report_reps)
+    seeds = list(first["seed_counts"])
+    seed_words = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    cifar10 = set(results) <= set(cifar10_tags())
+    weights = "the shipped CIFAR-10 weights" if cifar10 else ", ".join(f"`{tag}`" for tag in results)
     reps_section = [
         "## CBSA's representatives",
         "",
@@ -132,14 +142,16 @@ def markdown(results: dict[str, dict[str, Any]], command: str, minutes: float, d
     ]
     return "\n".join(
         [
-            "# The compression controls of the shipped CIFAR-10 weights",
+            f"# The compression controls of {weights}",
             "",
             f"Written by `{command}` in {minutes:.1f} minutes ({date}), on {first['images']}"
             f" validation images of {first['data']} (a class-mixed seeded sample, each tag's own transform),"
             " official convention (eps 0.01); every number, both conventions, is in the JSON beside this file."
             " Each tag is followed by its architecture at the initialisation its recipe trains from (seed 0); a"
-            " trained count of layers beating their nulls is read against the untrained architecture's under seeds"
-            " 0, 1 and 2, and one that a seed reaches is not a finding.",
+            " trained count of layers beating their nulls is read against the untrained architecture's under"
+            f" {seed_words}, and one that a seed reaches is not a finding (were it another untrained draw, it would"
+            f" pass all {len(seeds)} one time in {len(seeds) + 1}; with fewer than {SEEDS_TO_DECIDE} seeds no count"
+            " is one).",
             "",
             "Each cell is the change of R^c(LN(Z + t delta) | U) - R^c(LN Z | U) across one attention step, one layer"
             " changed at a time, at t = 1 and (in brackets) its slope at t = 0 by autograd. Directions: the trained"
@@ -200,9 +212,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tags", nargs="+", default=None, help="shipped tags (default: every CIFAR-10 classifier)")
     parser.add_argument("--images", type=int, default=64, help="validation images (class-mixed sample)")
+    parser.add_argument(
+        "--count-seeds",
+        type=int,
+        default=SEEDS_TO_DECIDE,
+        help=f"untrained seeds each count is read against (default {SEEDS_TO_DECIDE}; fewer cannot make one a finding)",
+    )
     parser.add_argument("--out", default=str(REPO / "docs" / "controls_cifar10.md"))
     parser.add_argument("--from-json", action="store_true", help="rewrite <out> from <out>.json, measuring nothing")
     args, rest = parser.parse_known_args()
+    if args.count_seeds < 1:
+        parser.error(f"--count-seeds {args.count_seeds}: give 1 or more ({SEEDS_TO_DECIDE} decide a count)")
     out = Path(args.out)
     if args.from_json:
         out.write_text(rendered_from_json(out))
@@ -214,7 +234,7 @@ def main() -> None:
     results = {}
     for tag in args.tags or cifar10_tags():
         try:
-            results[tag] = measure_tag(tag, args.images, overrides)
+            results[tag] = measure_tag(tag, args.images, overrides, args.count_seeds)
         except (FileNotFoundError, ValueError) as err:
             raise SystemExit(f"controls_table.py: {tag}: {err}") from None
         print(f"{tag}: {compression_verdict(results[tag]['trained']['official'])}", flush=True)

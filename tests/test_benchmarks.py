@@ -211,7 +211,7 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     write_cifar10_like_folder(tmp_path / "images")
     out = tmp_path / "controls.md"
     argv = ["controls_table.py", "--tags", "crate_nano_patch4_32.cifar10", "vit_nano_patch4_32.cifar10"]
-    argv += ["--images", "8", "--out", str(out), "--data.root", str(tmp_path / "images")]
+    argv += ["--images", "8", "--count-seeds", "4", "--out", str(out), "--data.root", str(tmp_path / "images")]
     monkeypatch.setattr(sys, "argv", argv)
     controls_table.main()
     saved = json.loads(out.with_suffix(".json").read_text())["results"]
@@ -227,14 +227,14 @@ def test_controls_table_measures_shipped_tags_beside_their_init_and_re_renders_f
     # a row per layer and model (trained and random init) in the R^c table and in the whole-objective table
     assert text.count("| `vit_nano") == 16 and "## The whole objective" in text and "Rate reduction R - R^c" in text
     assert controls_table.rendered_from_json(out) == text
-    # the untrained architecture's counts under seeds 0, 1, 2, seed 0's those of its full controls, and each
-    # trained count in the text read against them
+    # the untrained architecture's counts under seeds 0-3 (--count-seeds 4), seed 0's those of its full controls,
+    # and each trained count in the text read against them
     from crate.interpret.objective_table import count_against_seeds
     from crate.interpret.verdicts import null_counts
 
     measured = saved["crate_nano_patch4_32.cifar10"]
     seeds = measured["seed_counts"]
-    assert list(seeds) == ["0", "1", "2"] and seeds["0"] == null_counts(
+    assert list(seeds) == ["0", "1", "2", "3"] and seeds["0"] == null_counts(
         controls_table._as_controls(measured["random_init"])
     )
     count = null_counts(controls_table._as_controls(measured["trained"]))["compression"]

@@ -402,6 +402,7 @@ def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) ->
     out = tmp_path / "report"
     interpret_main(
         ["--model", "crate_nano_patch4_32", "--checkpoint", ckpt, "--data", config, *data, "--out", str(out)]
+        + ["--count-seeds", "3"]
     )
     reported = json.loads((out / "metrics.json").read_text())["crate_nano_patch4_32"]["val_accuracy"]
     assert reported == pytest.approx(validated, abs=1e-6)

@@ -195,7 +195,7 @@ def test_the_theory_step_is_the_paper_s_formula_and_lowers_rc_at_small_steps() -
 
 def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_model_itself() -> None:
     from crate.interpret.controls import initialised, remember_build
-    from crate.interpret.evaluate import figure_controls, probe_accuracies, trace_figures
+    from crate.interpret.evaluate import figure_controls, probe_accuracies, trace_figures, verdict_null_counts
     from crate.interpret.loading import EvalData
     from crate.interpret.verdicts import null_counts
 
@@ -213,14 +213,20 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     data = EvalData("noise", (images, labels), (images, labels), val_masks=(images[:, 0] > 0))
     eps, settings = {"official": 0.01, "paper": 0.5}, dict(lam=0.1, probe_images=8, top_k=3, mass=0.6)
     own = trace_figures(model, data, eps, **settings)
-    controls = figure_controls(model, data, eps, **settings, init_seeds=(0,))
-    skip = ("init_seeds", "per_seed", "linear_probe_accuracy")
+    controls = figure_controls(model, data, eps, **settings, init_seeds=(0,), count_seeds=(0, 1))
+    skip = ("init_seeds", "per_seed", "null_counts_per_seed", "linear_probe_accuracy")
     random_init = {key: value for key, value in controls["random_init"].items() if key not in skip}
     assert random_init == own  # the same figures, segmentation included
     assert controls["random_init"]["linear_probe_accuracy"] == probe_accuracies(model, data)  # and its probes
     # and the counts of layers beating their nulls, which the verdicts read against the trained model's own
     assert controls["random_init"]["per_seed"][0]["null_counts"] == null_counts(controls)
-    averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1))["random_init"]
+    # and under each count seed: seed 0's from its full figures, seed 1's measured from its own traces alone
+    fresh = initialised(model, 1)
+    assert controls["random_init"]["null_counts_per_seed"] == {
+        "0": null_counts(controls),
+        "1": verdict_null_counts(fresh, trace_model(fresh, images[:8]), eps),
+    }
+    averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1), count_seeds=(0, 1))["random_init"]
     assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
 
 

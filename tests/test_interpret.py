@@ -286,6 +286,7 @@ def report(tmp_path_factory) -> Path:
     main(
         ["--model", "crate_nano_patch4_32.digits", "--data", "digits", "--out", str(out), "--probe-images", "32"]
         + ["--sample-images", "400"]  # the probes fit on 400 of the 1,437 training images; val (360) is whole
+        + ["--count-seeds", "4"]  # the counts' seeds: the figures' three and one more
         + ["--compare", "vit_nano_patch4_32", str(vit), "--compare", "crate_alpha_nano_patch4_32.digits", "-"]
     )
     return out
@@ -294,6 +295,8 @@ def report(tmp_path_factory) -> Path:
 def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Path) -> None:
     metrics = json.loads((report / "metrics.json").read_text())
     assert set(metrics) == {"crate_nano_patch4_32.digits", "vit_nano_patch4_32", "crate_alpha_nano_patch4_32.digits"}
+    for result in metrics.values():  # --count-seeds 4: the counts under seeds 0-3
+        assert list(result["controls"]["random_init"]["null_counts_per_seed"]) == ["0", "1", "2", "3"]
     for label, result in metrics.items():
         assert 0.9 <= result["val_accuracy"] <= 1.0, label
         for convention in ("official", "paper"):
@@ -432,7 +435,9 @@ def test_report_on_a_model_without_attention_maps_next_to_one_with(tmp_path: Pat
     tost = timm.create_model("tost_nano_patch4_32", num_classes=10, in_chans=1).eval()
     vit = timm.create_model("vit_nano_patch4_32_sh", num_classes=10, in_chans=1).eval()
     data = load_data("digits", tost, limit=64)
-    metrics = write_report({"tost": (tost, data), "vit_sh": (vit, data)}, tmp_path, images=2, probe_images=16)
+    metrics = write_report(
+        {"tost": (tost, data), "vit_sh": (vit, data)}, tmp_path, images=2, probe_images=16, count_seeds=3
+    )
     assert all(layer is None for layer in metrics["tost"]["attention"])  # TSSA forms no token-by-token maps
     assert metrics["tost"]["segmentation"] is None and metrics["tost"]["seeds"][0]["subsampling_error"] == []
     assert all(math.isfinite(v) for v in metrics["tost"]["layerwise"]["official"]["Rc_before_attention"])
@@ -675,7 +680,7 @@ def test_an_encoder_without_a_head_is_reported_without_an_accuracy(tmp_path: Pat
     out = tmp_path / "report"
     main(
         ["--model", "crate_nano_patch4_32", "--checkpoint", str(tmp_path / "encoder.safetensors"), "--data", "digits"]
-        + ["--out", str(out), "--probe-images", "16", "--sample-images", "100", "--images", "1"]
+        + ["--out", str(out), "--probe-images", "16", "--sample-images", "100", "--images", "1", "--count-seeds", "3"]
     )
     assert "crate_nano_patch4_32: val accuracy n/a (no head)" in capsys.readouterr().out.splitlines()
     assert json.loads((out / "metrics.json").read_text())["crate_nano_patch4_32"]["val_accuracy"] is None

@@ -70,7 +70,8 @@ def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tm
     validated = _validate(DIGITS, ckpt, "--data.split_seed", "1")
     export_main([str(ckpt), "--out", str(tmp_path / "split1.safetensors")])
     card = json.loads((tmp_path / "split1.json").read_text())
-    quick = ["--sample-images", "64", "--probe-images", "16"]  # the accuracy reads the whole split regardless
+    # the accuracy reads the whole split regardless
+    quick = ["--sample-images", "64", "--probe-images", "16", "--count-seeds", "3"]
     interpret_main(
         ["--model", "crate_nano_patch4_32", "--checkpoint", str(ckpt), "--out", str(tmp_path / "report"), *quick]
     )
@@ -134,7 +135,7 @@ def test_the_card_load_line_builds_the_exported_model(runs, tmp_path: Path) -> N
 def test_interpret_builds_the_run_s_model_kwargs(runs, tmp_path: Path) -> None:
     # the probe run: crate_mae_nano_patch4_32 with decoder_depth 0 and global_pool avg
     out = tmp_path / "probe_report"
-    quick = ["--sample-images", "64", "--probe-images", "16"]
+    quick = ["--sample-images", "64", "--probe-images", "16", "--count-seeds", "3"]
     interpret_main(
         ["--model", "crate_mae_nano_patch4_32", "--checkpoint", str(runs["probe"]), "--out", str(out), *quick]
     )

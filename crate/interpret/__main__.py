@@ -25,6 +25,7 @@ from crate.models import CheckpointError, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
 from .loading import load_data, load_run, resolve_data
+from .objective_table import SEEDS_TO_DECIDE
 from .report import REPORT_FILES, write_report
 
 
@@ -141,6 +142,13 @@ def main(argv: list[str] | None = None) -> None:
         help="training and validation images the lenses and probes read, a seeded sample of each split "
         "(accuracy always reads the whole validation split)",
     )
+    parser.add_argument(
+        "--count-seeds",
+        type=positive_count,
+        default=SEEDS_TO_DECIDE,
+        help="seeds of the untrained architecture each count of layers beating their nulls is read against "
+        f"(default {SEEDS_TO_DECIDE}: fewer cannot make a count a finding, and the report says so)",
+    )
     args, rest = parser.parse_known_args(argv)
     try:  # before minutes of evaluation
         check_output_folder(args.out, "--out", "the report", REPORT_FILES, overwrite=args.overwrite)
@@ -175,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             images=args.images,
             eps={"official": args.eps_official, "paper": args.eps_paper},
             probe_images=args.probe_images,
+            count_seeds=args.count_seeds,
             progress=say,
         )
     except (FileNotFoundError, CheckpointError, ValueError, TypeError) as err:

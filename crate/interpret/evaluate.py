@@ -16,7 +16,7 @@ from crate.metrics import QUANTITIES, layerwise_values, trace_model, transformer
 from crate.metrics.functional import default_eps
 from crate.metrics.representatives import representative_compression
 
-from .controls import INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
+from .controls import COUNT_SEEDS, INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
 from .geometry import (
     dictionary_coherence,
     gram_identity_distance,
@@ -266,10 +266,12 @@ def figure_controls(
     mass: float,
     init_seeds: tuple[int, ...] = INIT_SEEDS,
     traces: list[BlockTrace] | None = None,
+    count_seeds: tuple[int, ...] = COUNT_SEEDS,
 ) -> dict[str, Any]:
     """The controls of :mod:`crate.interpret.controls`: the trace figures and probes of the architecture at its
-    initialisation (mean over ``init_seeds``, and each seed's verdict figures), the compression controls and
-    the uniform map's values."""
+    initialisation (mean over ``init_seeds``, and each seed's verdict figures), its counts of layers beating
+    their nulls under every seed of ``init_seeds`` and ``count_seeds``, the compression controls and the
+    uniform map's values."""
     if traces is None:  # the trained model's traces, as its own figures were read from
         traces = trace_model(model, data.val_images[:probe_images])
     initial, per_seed = [], []
@@ -283,12 +285,21 @@ def figure_controls(
         # the counts of layers beating their nulls, which the verdicts read against the trained model's
         seed_figures["null_counts"] = verdict_null_counts(fresh, fresh_traces, eps)
         per_seed.append(seed_figures)
+    counts = {seed: figures["null_counts"] for seed, figures in zip(init_seeds, per_seed, strict=True)}
+    for seed in (seed for seed in count_seeds if seed not in counts):
+        fresh = initialised(model, seed)
+        counts[seed] = verdict_null_counts(fresh, trace_model(fresh, data.val_images[:probe_images]), eps)
     first = traces[0]
     uniform = None
     if first.attention is not None:
         uniform = uniform_map(first.attention.shape[1], first.attention.shape[-1], top_k)
     return {
-        "random_init": dict(mean_of(initial), init_seeds=list(init_seeds), per_seed=per_seed),
+        "random_init": dict(
+            mean_of(initial),
+            init_seeds=list(init_seeds),
+            per_seed=per_seed,
+            null_counts_per_seed={str(seed): c for seed, c in counts.items()},
+        ),
         **_split_objective(compression_control_curves(model, traces, eps)),
         "uniform_map": uniform,
     }
@@ -304,11 +315,14 @@ def evaluate_model(
     top_k: int = 5,
     mass: float = 0.6,
     controls: bool = True,
+    count_seeds: int = len(COUNT_SEEDS),
 ) -> dict[str, Any]:
     """All numbers of the report for one model: accuracy, layerwise curves in both conventions (``eps``
     per convention, defaults 0.01 official and 0.5 paper), lenses, seeds' lenses, segmentation (where the
     data has foreground masks), geometry and linear probes; with ``controls``, each trace figure also for
-    the untrained architecture and the compression and uniform-map controls (``result["controls"]``)."""
+    the untrained architecture and the compression and uniform-map controls (``result["controls"]``), with the
+    untrained counts of layers beating their nulls under seeds 0 to ``count_seeds`` - 1 and the figures' seeds
+    (fewer than 19 cannot make a count a finding)."""
     model.eval()
     eps = {convention: (eps or {}).get(convention, default_eps(convention)) for convention in CONVENTIONS}
     traces = trace_model(model, data.val_images[:probe_images])  # once, for the figures and their controls
@@ -333,5 +347,7 @@ def evaluate_model(
         "probe_classes": int(torch.unique(data.train_labels).numel()),  # the probe's chance level is 1 / this
     }
     if controls:
-        result["controls"] = figure_controls(model, data, eps, lam, probe_images, top_k, mass, traces=traces)
+        result["controls"] = figure_controls(
+            model, data, eps, lam, probe_images, top_k, mass, traces=traces, count_seeds=tuple(range(count_seeds))
+        )
     return result

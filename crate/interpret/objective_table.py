@@ -15,6 +15,7 @@ from crate.metrics.controls import NULLS, full_step
 from .compression_table import NULL_MARGIN
 
 __all__ = [
+    "SEEDS_TO_DECIDE",
     "count_against_seeds",
     "objective_counts",
     "objective_layer_verdicts",
@@ -84,9 +85,18 @@ def objective_counts(controls: dict[str, Any]) -> dict[str, int | None]:
     }
 
 
+SEEDS_TO_DECIDE = 19
+"""Seeds of the untrained architecture a count of layers is read against. Were the trained count only another
+draw of the untrained one, it would pass every one of n seeds with a chance of at most 1 in n + 1: with 19, 1 in
+20. With 3 it is 1 in 4, and it happened: crate_micro's 3 of 6 layers passed three seeds' 1-2 of 6, and 3 of the
+first 20 seeds reach 3 of 6."""
+
+
 def count_against_seeds(count: int, depth: int, seeds: list[int]) -> str:
-    """The words after a count of layers that beat their nulls: ": not a finding" where no layer does, or where
-    the untrained architecture reaches the count under one of its seeds; else the seeds' counts beside it."""
+    """The words after a count of layers that beat their nulls: ": not a finding" where no layer does, where
+    the untrained architecture reaches the count under one of its seeds, or where fewer than
+    :data:`SEEDS_TO_DECIDE` seeds were measured (the count passes them all, but chance could); else the seeds'
+    counts beside it."""
     if count == 0:
         return ": not a finding"
     if not seeds:
@@ -95,7 +105,13 @@ def count_against_seeds(count: int, depth: int, seeds: list[int]) -> str:
         under = f" under one of its {len(seeds)} seeds" if len(seeds) > 1 else ""
         return f": not a finding (the untrained architecture reaches {max(seeds)} of {depth}{under})"
     span = str(max(seeds)) if min(seeds) == max(seeds) else f"{min(seeds)}-{max(seeds)}"
-    over = f" over {len(seeds)} seeds" if len(seeds) > 1 else ""
+    over = f" over {len(seeds)} seeds" if len(seeds) > 1 else " under its one seed"
+    if len(seeds) < SEEDS_TO_DECIDE:
+        return (
+            f": not a finding at {len(seeds)} seed{'s' if len(seeds) > 1 else ''} (beyond the untrained "
+            f"architecture's {span} of {depth}{over}, which another untrained draw passes up to one time in "
+            f"{len(seeds) + 1}; {SEEDS_TO_DECIDE} seeds decide)"
+        )
     return f", beyond the untrained architecture's {span} of {depth}{over}"
 
 

@@ -181,7 +181,11 @@ def _compression(summary: Mapping[str, Any], initial: Mapping[str, Any] | None) 
 
 
 def _seed_counts(initial: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Each seed's :func:`null_counts` (none where the controls were computed without them)."""
+    """Each seed's :func:`null_counts`: every count seed's where the controls hold them, else those of the seeds
+    with full figures (none where the controls were computed without them)."""
+    counts = (initial or {}).get("null_counts_per_seed")
+    if counts:
+        return list(counts.values())
     return [seed["null_counts"] for seed in (initial or {}).get("per_seed") or [] if seed.get("null_counts")]
 
 
