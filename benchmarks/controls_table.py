@@ -31,7 +31,7 @@ from benchmarks.common import REPO
 from crate.interpret import load_data, load_run
 from crate.interpret.compression_table import compression_controls_table, compression_verdict, representatives_table
 from crate.interpret.controls import compression_control_curves, initialised
-from crate.interpret.evaluate import verdict_null_counts
+from crate.interpret.evaluate import untrained_null_counts
 from crate.interpret.objective_table import (
     SEEDS_TO_DECIDE,
     count_against_seeds,
@@ -69,17 +69,14 @@ def measure_tag(tag: str, images: int, overrides: dict[str, Any], count_seeds: i
     data = load_data(resolve_data(None, recorded, overrides), model, limit=images)
     sample = data.val_images[:images]
     random_init = controls_of(initialised(model, 0), sample)
-    seed_counts = [null_counts(_as_controls(random_init))]  # seed 0's, from its full controls
-    seeds = range(count_seeds)
-    for seed in seeds[1:]:
-        fresh = initialised(model, seed)
-        seed_counts.append(verdict_null_counts(fresh, trace_model(fresh, sample), EPS))
+    seed_0 = null_counts(_as_controls(random_init))  # from its full controls
+    seed_counts = untrained_null_counts(model, sample, EPS, range(count_seeds), known={0: seed_0})
     return {
         "data": data.name,
         "images": len(sample),
         "trained": controls_of(model, sample),
         "random_init": random_init,
-        "seed_counts": dict(zip(map(str, seeds), seed_counts, strict=True)),
+        "seed_counts": seed_counts,
     }
 
 

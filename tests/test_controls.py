@@ -213,7 +213,7 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
     data = EvalData("noise", (images, labels), (images, labels), val_masks=(images[:, 0] > 0))
     eps, settings = {"official": 0.01, "paper": 0.5}, dict(lam=0.1, probe_images=8, top_k=3, mass=0.6)
     own = trace_figures(model, data, eps, **settings)
-    controls = figure_controls(model, data, eps, **settings, init_seeds=(0,), count_seeds=(0, 1))
+    controls = figure_controls(model, data, eps, **settings, init_seeds=(0,), count_seeds=2)
     skip = ("init_seeds", "per_seed", "null_counts_per_seed", "linear_probe_accuracy")
     random_init = {key: value for key, value in controls["random_init"].items() if key not in skip}
     assert random_init == own  # the same figures, segmentation included
@@ -226,7 +226,7 @@ def test_the_random_init_control_of_a_model_at_its_seed_0_initialisation_is_the_
         "0": null_counts(controls),
         "1": verdict_null_counts(fresh, trace_model(fresh, images[:8]), eps),
     }
-    averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1), count_seeds=(0, 1))["random_init"]
+    averaged = figure_controls(model, data, eps, **settings, init_seeds=(0, 1), count_seeds=2)["random_init"]
     assert averaged["layerwise"] != own["layerwise"] and averaged["init_seeds"] == [0, 1]
 
 

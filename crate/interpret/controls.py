@@ -6,7 +6,7 @@
   is the first thing built after ``seed_everything``); every figure of :func:`evaluate_model` but accuracy
   and probes, averaged over the seeds. A figure that a random model reaches as well says nothing about what
   training learned. The counts of layers whose steps beat their nulls, cheap to measure, are read against
-  seeds 0-18 (:data:`COUNT_SEEDS`; :data:`~crate.interpret.objective_table.SEEDS_TO_DECIDE` says why).
+  seeds 0-18 (:data:`~crate.interpret.objective_table.SEEDS_TO_DECIDE` says why).
 - **compression controls** (``crate.metrics.controls``): the change of R^c along the trained attention update,
   the update negated, without its token mean, two matched-norm nulls (a random vector shared by all tokens,
   i.i.d. noise per token), the heads' outputs through U_[K] and the theory's MSSA step with its shrink term,
@@ -33,20 +33,10 @@ from crate.metrics.sparse_controls import sparse_coding_responses, summarise_spa
 from crate.models import settings_built_from_file
 
 from .lenses import head_redundancy, top_k_mass
-from .objective_table import SEEDS_TO_DECIDE
 
-__all__ = [
-    "COUNT_SEEDS",
-    "INIT_SEEDS",
-    "compression_control_curves",
-    "initialised",
-    "mean_of",
-    "remember_build",
-    "uniform_map",
-]
+__all__ = ["INIT_SEEDS", "compression_control_curves", "initialised", "mean_of", "remember_build", "uniform_map"]
 
 INIT_SEEDS = (0, 1, 2)
-COUNT_SEEDS = tuple(range(SEEDS_TO_DECIDE))  # starts with INIT_SEEDS, whose counts are reused
 _BUILDS: weakref.WeakKeyDictionary[nn.Module, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 

@@ -16,7 +16,7 @@ from crate.metrics import QUANTITIES, layerwise_values, trace_model, transformer
 from crate.metrics.functional import default_eps
 from crate.metrics.representatives import representative_compression
 
-from .controls import COUNT_SEEDS, INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
+from .controls import INIT_SEEDS, compression_control_curves, initialised, mean_of, uniform_map
 from .geometry import (
     dictionary_coherence,
     gram_identity_distance,
@@ -39,6 +39,7 @@ from .lenses import (
     top_k_mass,
 )
 from .loading import EvalData, held_out_accuracy
+from .objective_table import SEEDS_TO_DECIDE
 from .segmentation import attention_masks, foreground_patches, mask_iou, random_mask_iou
 from .verdicts import null_counts, verdict_figures
 
@@ -256,6 +257,18 @@ def verdict_null_counts(model: nn.Module, traces: list[BlockTrace], eps: dict[st
     return null_counts(_split_objective(curves))
 
 
+def untrained_null_counts(
+    model: nn.Module, images: torch.Tensor, eps: dict[str, float], seeds: range, known: dict[int, Any] | None = None
+) -> dict[str, dict[str, int | None]]:
+    """:func:`verdict_null_counts` of ``model``'s architecture at its initialisation under each of ``seeds`` on
+    ``images``, keyed by seed; seeds in ``known`` keep the counts given (measured with their full figures)."""
+    counts = dict(known or {})
+    for seed in (seed for seed in seeds if seed not in counts):
+        fresh = initialised(model, seed)
+        counts[seed] = verdict_null_counts(fresh, trace_model(fresh, images), eps)
+    return {str(seed): value for seed, value in counts.items()}
+
+
 def figure_controls(
     model: nn.Module,
     data: EvalData,
@@ -266,11 +279,11 @@ def figure_controls(
     mass: float,
     init_seeds: tuple[int, ...] = INIT_SEEDS,
     traces: list[BlockTrace] | None = None,
-    count_seeds: tuple[int, ...] = COUNT_SEEDS,
+    count_seeds: int = SEEDS_TO_DECIDE,
 ) -> dict[str, Any]:
     """The controls of :mod:`crate.interpret.controls`: the trace figures and probes of the architecture at its
     initialisation (mean over ``init_seeds``, and each seed's verdict figures), its counts of layers beating
-    their nulls under every seed of ``init_seeds`` and ``count_seeds``, the compression controls and the
+    their nulls under seeds 0 to ``count_seeds`` - 1 and ``init_seeds``, the compression controls and the
     uniform map's values."""
     if traces is None:  # the trained model's traces, as its own figures were read from
         traces = trace_model(model, data.val_images[:probe_images])
@@ -285,10 +298,8 @@ def figure_controls(
         # the counts of layers beating their nulls, which the verdicts read against the trained model's
         seed_figures["null_counts"] = verdict_null_counts(fresh, fresh_traces, eps)
         per_seed.append(seed_figures)
-    counts = {seed: figures["null_counts"] for seed, figures in zip(init_seeds, per_seed, strict=True)}
-    for seed in (seed for seed in count_seeds if seed not in counts):
-        fresh = initialised(model, seed)
-        counts[seed] = verdict_null_counts(fresh, trace_model(fresh, data.val_images[:probe_images]), eps)
+    known = {seed: figures["null_counts"] for seed, figures in zip(init_seeds, per_seed, strict=True)}
+    counts = untrained_null_counts(model, data.val_images[:probe_images], eps, range(count_seeds), known)
     first = traces[0]
     uniform = None
     if first.attention is not None:
@@ -298,7 +309,7 @@ def figure_controls(
             mean_of(initial),
             init_seeds=list(init_seeds),
             per_seed=per_seed,
-            null_counts_per_seed={str(seed): c for seed, c in counts.items()},
+            null_counts_per_seed=counts,
         ),
         **_split_objective(compression_control_curves(model, traces, eps)),
         "uniform_map": uniform,
@@ -315,7 +326,7 @@ def evaluate_model(
     top_k: int = 5,
     mass: float = 0.6,
     controls: bool = True,
-    count_seeds: int = len(COUNT_SEEDS),
+    count_seeds: int = SEEDS_TO_DECIDE,
 ) -> dict[str, Any]:
     """All numbers of the report for one model: accuracy, layerwise curves in both conventions (``eps``
     per convention, defaults 0.01 official and 0.5 paper), lenses, seeds' lenses, segmentation (where the
@@ -348,6 +359,6 @@ def evaluate_model(
     }
     if controls:
         result["controls"] = figure_controls(
-            model, data, eps, lam, probe_images, top_k, mass, traces=traces, count_seeds=tuple(range(count_seeds))
+            model, data, eps, lam, probe_images, top_k, mass, traces=traces, count_seeds=count_seeds
         )
     return result
