@@ -116,7 +116,8 @@ checkpoints-cifar10: $(STAMP)
 results: $(STAMP)
 	$(PY) -m crate.results --out-dir results
 
-# The interpretability report of the shipped crate_nano_patch4_32.digits against its ViT twin (docs/interpret/).
+# The interpretability report of the shipped crate_nano_patch4_32.digits against its ViT twin (docs/interpret/;
+# about 8 minutes on two CPU cores, most of it the untrained architectures' layer counts under 19 seeds).
 report: $(STAMP)
 	$(PY) -m crate.interpret --model crate_nano_patch4_32.digits --data digits --out docs/interpret --overwrite \
 	  --compare vit_nano_patch4_32.digits -
@@ -131,7 +132,7 @@ report-cifar10: $(STAMP)
 	  --compare vit_nano_patch4_32.cifar10 - --compare crate_alpha_nano_patch4_32.cifar10 - $(REPORT_CIFAR10_MORE)
 
 # The same report for the 0.48 M tokenizer members: CRATE-alpha's shipped file against its ViT twin trained on the
-# same recipe and CRATE's member (docs/interpret_cifar10_cct/); needs data/cifar10.
+# same recipe and CRATE's member (docs/interpret_cifar10_cct/; about 26 minutes on two CPU cores); needs data/cifar10.
 report-cifar10-cct: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	$(PY) -m crate.interpret --model crate_alpha_cct4_3x2_32.cifar10 --out docs/interpret_cifar10_cct --overwrite \
@@ -148,7 +149,8 @@ docs-tables: $(STAMP)
 	$(PY) -m scripts.docs_tables
 
 # The compression controls (matched-norm nulls, slopes at 0, the theory's step) of every shipped CIFAR-10
-# classifier beside its random init (docs/controls_cifar10.md and .json; about 15 minutes on two CPU cores).
+# classifier beside its random init (docs/controls_cifar10.md and .json; about an hour on two CPU cores, most of it
+# each architecture's layer counts under 19 untrained seeds).
 controls-table: $(STAMP)
 	test -d data/cifar10/train || $(MAKE) cifar10-data
 	test -d data/cifar10_10k/val || $(PY) benchmarks/cifar10_subset.py data/cifar10 data/cifar10_10k --train 1000 --val 200
