@@ -293,6 +293,21 @@ def figure_tag(index: int, label: str) -> str:
     return f"{index}_{re.sub(r'[^A-Za-z0-9_-]+', '_', name).strip('_')}"
 
 
+def _layer_count(model: nn.Module) -> int:
+    """The model's transformer layers (its ``blocks``), what a report's time grows with: every figure and control
+    is measured layer by layer."""
+    blocks = getattr(model, "blocks", None)
+    return len(blocks) if isinstance(blocks, nn.ModuleList | nn.Sequential) and len(blocks) else 1
+
+
+def _seconds_left(elapsed: float, layers: list[int], index: int) -> float | None:
+    """How long the models from ``index`` on will take, from the ``elapsed`` seconds the ones before took, each
+    model's share in proportion to its ``layers``; None before the first model has been timed."""
+    if index == 0:
+        return None
+    return elapsed / sum(layers[:index]) * sum(layers[index:])
+
+
 def write_report(
     models: dict[str, tuple[nn.Module, EvalData]],
     out: str | Path,
@@ -305,11 +320,12 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
+    layers = [_layer_count(model) for model, _ in models.values()]
     start = time.perf_counter()
     for index, (label, (model, data)) in enumerate(models.items()):
         if progress is not None:
-            done = time.perf_counter() - start
-            left = f"; about {done / index * (len(models) - index) / 60:.0f} min left" if index else ""
+            seconds = _seconds_left(time.perf_counter() - start, layers, index)
+            left = f"; about {seconds / 60:.0f} min left" if seconds is not None else ""
             progress(f"evaluating {label} ({index + 1} of {len(models)}: rates, controls, lenses, probes){left}")
         results[label] = evaluate_model(model, data, **options)
     if progress is not None:
