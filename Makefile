@@ -123,7 +123,8 @@ report: $(STAMP)
 	  --compare vit_nano_patch4_32.digits -
 
 # The interpretability report of the shipped CIFAR-10 CRATE against its ViT twin and CRATE-alpha of the same
-# width on the val photographs (docs/interpret_cifar10/); needs data/cifar10 (make cifar10-data).
+# width on the val photographs (docs/interpret_cifar10/; about 15 minutes on two CPU cores); needs data/cifar10
+# (make cifar10-data).
 # REPORT_CIFAR10_MORE adds more '--compare TAG -' pairs.
 REPORT_CIFAR10_MORE ?=
 report-cifar10: $(STAMP)
