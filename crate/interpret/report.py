@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from crate.figures import reconstruction_figure
-from crate.metrics import full_step, trace_model
+from crate.metrics import full_step, trace_model, transformer_blocks
 from crate.models import is_hub_name
 
 from . import plots
@@ -293,13 +293,6 @@ def figure_tag(index: int, label: str) -> str:
     return f"{index}_{re.sub(r'[^A-Za-z0-9_-]+', '_', name).strip('_')}"
 
 
-def _layer_count(model: nn.Module) -> int:
-    """The model's transformer layers (its ``blocks``), what a report's time grows with: every figure and control
-    is measured layer by layer."""
-    blocks = getattr(model, "blocks", None)
-    return len(blocks) if isinstance(blocks, nn.ModuleList | nn.Sequential) and len(blocks) else 1
-
-
 def _seconds_left(elapsed: float, layers: list[int], index: int) -> float | None:
     """How long the models from ``index`` on will take, from the ``elapsed`` seconds the ones before took, each
     model's share in proportion to its ``layers``; None before the first model has been timed."""
@@ -320,7 +313,7 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    layers = [_layer_count(model) for model, _ in models.values()]
+    layers = [len(transformer_blocks(model)) for model, _ in models.values()]  # each figure is measured per layer
     start = time.perf_counter()
     for index, (label, (model, data)) in enumerate(models.items()):
         if progress is not None:
