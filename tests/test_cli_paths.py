@@ -77,6 +77,35 @@ def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, v
     assert sum(1 for row in rows if row.get("val/acc")) >= 2  # the fit's validation and this one, one file
 
 
+def test_evaluating_a_run_under_the_default_relative_root_does_not_say_it_moved(tmp_path: Path, monkeypatch) -> None:
+    """A run trained under ./logs records its checkpoint folder as ``logs/...``; validate and test must name that
+    folder the same way, or Lightning warns that the run moved and drops its best score. A run that did move
+    still gets the warning (the check can fail)."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    _ok(run_in_process("fit", "--config", VIT, *QUICK, *QUIET))
+    states = torch.load("logs/vit_nano_digits/version_0/checkpoints/last.ckpt", weights_only=False)["callbacks"]
+    assert {s["dirpath"] for s in states.values() if "dirpath" in s} == {"logs/vit_nano_digits/version_0/checkpoints"}
+
+    def moved_warnings(*args: str) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _ok(run_in_process(*args, "--config", VIT, *QUIET))
+        return [str(w.message) for w in caught if "dirpath has changed" in str(w.message)]
+
+    assert moved_warnings("validate", "--ckpt_path", "best") == []
+    assert moved_warnings("predict", "--ckpt_path", "logs/vit_nano_digits/version_0/checkpoints/last.ckpt") == []
+    assert (
+        moved_warnings(
+            "validate", "--ckpt_path", str(tmp_path / "logs/vit_nano_digits/version_0/checkpoints/last.ckpt")
+        )
+        == []
+    )
+    shutil.move("logs", "moved")
+    assert moved_warnings("validate", "--ckpt_path", "moved/vit_nano_digits/version_0/checkpoints/last.ckpt") != []
+
+
 def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process(tmp_path: Path, vit_run: Path) -> None:
     """Lightning knows "best" only in the process that trained; the run's last checkpoint records it."""
     states = torch.load(vit_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]
