@@ -330,6 +330,7 @@ def _card(
         "batches_into_epoch": run.batches_into_epoch,
         "global_step": run.record.global_step,
         "planned_steps": run.record.planned_steps,
+        **({"best_by": run.record.best_by} if run.record.best_by else {}),
         "val_accuracy": measured.accuracy,
         "val_images": measured.images,
         **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),

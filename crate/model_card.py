@@ -42,8 +42,9 @@ def _settings_words(card: dict[str, Any]) -> str:
 
 def _trained_line(card: dict[str, Any]) -> str:
     """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps, and the file
-    whose weights they started from (``--model.pretrained_file``); where the run stopped before the steps its
-    schedule planned, it says so (the learning rate had not finished its decay: not the recipe's result)."""
+    whose weights they started from (``--model.pretrained_file``); where the file was written before the steps its
+    schedule planned, it says so, and whether it is the run's best checkpoint (the learning rate had not finished
+    its decay: not the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
     partial = card.get("batches_into_epoch") or 0
     next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
@@ -54,9 +55,13 @@ def _trained_line(card: dict[str, Any]) -> str:
         held = f"sha256 `{digest}`, " if len(digest) == 64 else ""
         line += f", starting from the weights of `{start}` ({held}the epochs it took to make them not counted)"
     if planned and done < planned:
+        why = (
+            f"the run's best checkpoint by {best_by}, written before the schedule's end"
+            if (best_by := card.get("best_by"))
+            else "the run stopped early, e.g. at --trainer.max_time, or went on after this file was written"
+        )
         line += (
-            f" of the {planned} its learning-rate schedule planned (the run stopped early, e.g. at "
-            f"--trainer.max_time: its learning rate had not finished decaying)"
+            f" of the {planned} its learning-rate schedule planned ({why}: its learning rate had not finished decaying)"
         )
     return line
 

@@ -195,6 +195,37 @@ def test_a_card_says_when_its_run_stopped_before_its_schedule(digits_run, tmp_pa
     assert "planned" not in (tmp_path / "whole.md").read_text().split("## Classes")[0]
 
 
+def test_a_card_of_a_best_checkpoint_says_so_instead_of_saying_its_run_stopped(tmp_path: Path) -> None:
+    """The run summary points at the best file, written before the schedule's end: its card says it is the best
+    by the monitored metric. The same run's state saved at the stop (not the best file) keeps the stop's words."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16, warmup_epochs=0.5)
+    data = DigitsDataModule(img_size=16, batch_size=64)
+    best = ModelCheckpoint(dirpath=tmp_path / "run" / "checkpoints", monitor="val/acc", mode="max")
+    trainer = L.Trainer(
+        max_epochs=2,
+        callbacks=[_StopAfter(3), best],
+        logger=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        val_check_interval=1,  # a validation, and a best file, after every step
+        limit_val_batches=1,
+    )
+    trainer.fit(module, data)
+    trainer.save_checkpoint(tmp_path / "run" / "checkpoints" / "stopped.ckpt")
+    cards = {}
+    for name, path in (("best", best.best_model_path), ("stopped", tmp_path / "run" / "checkpoints" / "stopped.ckpt")):
+        export_checkpoint(path, tmp_path / f"{name}.safetensors", measure=False)
+        card = json.loads((tmp_path / f"{name}.json").read_text())
+        assert card["global_step"] < card["planned_steps"]
+        cards[name] = (tmp_path / f"{name}.md").read_text().split("## Classes")[0]
+    assert "the run's best checkpoint by val/acc, written before the schedule's end" in cards["best"]
+    assert "stopped early" not in cards["best"]
+    assert "best checkpoint" not in cards["stopped"] and "the run stopped early" in cards["stopped"]
+
+
 def _timm_tensors(model: torch.nn.Module, images: list[Image.Image]) -> torch.Tensor:
     """What a timm user feeds the model: the images through ``create_transform(**resolve_data_config(model))``."""
     transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))

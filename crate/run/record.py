@@ -71,6 +71,9 @@ class FileRecord:
     update_batch: dict[str, int] | None = None
     # the file the run's weights started from, as {"path", "sha256"} (its contents when the run started), or None
     start_weights: dict[str, str] | None = None
+    # the metric this file was the run's best checkpoint by when it was written (its monitoring ModelCheckpoint
+    # recorded the file's own name as best_model_path), or None: a latest, last or interrupt checkpoint
+    best_by: str | None = None
 
 
 def start_weights(path: str | Path) -> dict[str, str]:
@@ -167,7 +170,19 @@ def read_record(held: Checkpoint) -> FileRecord:
         planned_steps=_planned_steps(record),
         update_batch=_update_batch(record.get(UPDATE_BATCH_KEY)),
         start_weights=_start_weights(record.get(START_WEIGHTS_KEY)),
+        best_by=_best_by(record, Path(held.path).name),
     )
+
+
+def _best_by(loaded: Mapping[str, Any], file_name: str) -> str | None:
+    """The metric of the checkpoint callback that recorded ``file_name`` as its best file, None where none did."""
+    for state in (loaded.get("callbacks") or {}).values():
+        if not isinstance(state, Mapping) or not isinstance(state.get("monitor"), str):
+            continue
+        best = state.get("best_model_path")
+        if isinstance(best, str) and best and Path(best).name == file_name:
+            return state["monitor"]
+    return None
 
 
 def _start_weights(value: Any) -> dict[str, str] | None:
