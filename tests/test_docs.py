@@ -7,6 +7,7 @@ import csv
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -81,6 +82,53 @@ def test_every_readme_train_command_parses_with_its_settings(tmp_path: Path) -> 
         "fit", "--config", "configs/crate_nano_digits.yaml", "--trainer.max_epoch", "1", "--print_config"
     )
     assert mistyped.returncode == 2  # the check can fail: a key that does not exist is refused before printing
+
+
+def test_every_tutorial_command_names_what_exists_and_parses(tmp_path: Path, capsys) -> None:
+    """The tutorial's steps in order: the make target exists, each train.py line passes LightningCLI's parser, and
+    every flag its export and report lines pass is one their programs list in --help."""
+    from conftest import run_in_process
+
+    import crate.export
+    import crate.interpret.__main__
+
+    makefile = (REPO / "Makefile").read_text()
+    programs = {"crate.export": crate.export.main, "crate.interpret": crate.interpret.__main__.main}
+    seen = []
+    for command in _bash_lines((REPO / "docs" / "tutorial.md").read_text()):
+        words = shlex.split(command)
+        if words[0] == "make":
+            assert re.search(rf"^{words[1]}:", makefile, re.M), command
+            seen.append("make")
+        elif "train.py" in words:
+            result = run_in_process(*words[words.index("train.py") + 1 :], "--print_config")
+            assert result.returncode == 0, (command, result.stderr[-2000:])
+            seen.append("train.py")
+        else:
+            module = words[words.index("-m") + 1]
+            with pytest.raises(SystemExit) as done:
+                programs[module](["--help"])
+            assert done.value.code == 0
+            listed = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
+            flags = {word for word in words if word.startswith("--")}
+            assert flags and flags <= listed, (command, flags - listed)
+            seen.append(module)
+    assert seen == ["make", "train.py", "crate.export", "crate.interpret"]
+
+
+def test_the_tutorial_s_python_classifies_a_digit_with_a_digits_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The tutorial's Python block, run as written on the shipped digits CRATE (the same architecture, 1 channel)
+    in place of the reader's export: it prints the label it predicts for the first digit, '0', with its
+    probability. A transform other than the file's own would feed the model images it was not trained on."""
+    block = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "tutorial.md").read_text(), re.S)
+    assert len(block) == 1
+    exported = tmp_path / "logs" / "tutorial" / "my_crate.safetensors"
+    exported.parent.mkdir(parents=True)
+    shutil.copy(REPO / "checkpoints" / "crate_nano_patch4_32.digits.safetensors", exported)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block[0], "tutorial.md", "exec"), {})
+    label, probability = capsys.readouterr().out.split()
+    assert label == "0" and 0.5 < float(probability) <= 1.0
 
 
 def test_the_shipped_tags_table_is_the_results_csvs() -> None:
