@@ -113,7 +113,7 @@ def test_every_tutorial_command_names_what_exists_and_parses(tmp_path: Path, cap
             flags = {word for word in words if word.startswith("--")}
             assert flags and flags <= listed, (command, flags - listed)
             seen.append(module)
-    assert seen == ["make", "train.py", "crate.export", "crate.interpret"]
+    assert seen == ["make", "train.py", "crate.export", "crate.interpret", "crate.interpret"]
 
 
 def test_the_tutorial_s_python_classifies_a_digit_with_a_digits_file(tmp_path: Path, monkeypatch, capsys) -> None:
