@@ -194,6 +194,32 @@ def test_the_baseline_line_says_when_the_difference_is_within_the_validation_noi
     assert _noise(0.5, {"rbf_svm": 0.4, "logistic": 0.4}) == ""  # an older record without the split's size
 
 
+def test_a_run_that_validated_part_of_its_split_is_not_set_against_the_baselines(tmp_path: Path) -> None:
+    """The baselines score every validation image; a run whose validation read fewer batches
+    (--trainer.limit_val_batches, fast_dev_run) measured other images, so the summary does not count the images
+    between them, and says how much of the split the run read."""
+    import math
+
+    from crate.lit.run_summary import _baseline_line, _partial_validation
+
+    data = DigitsDataModule(batch_size=64)
+    data.setup("fit")
+    batches = math.ceil(len(data.val_set) / 64)  # 360 validation images in batches of 64
+    scores = {"rbf_svm": 0.70, "logistic": 0.60, "train_images": 1437, "val_images": len(data.val_set)}
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+    lines = {}
+    for limit in (1, None):
+        trainer, _ = _trainer(tmp_path / str(limit), max_epochs=1, limit_val_batches=limit, enable_progress_bar=False)
+        trainer.fit(module, DigitsDataModule(batch_size=64))
+        lines[limit] = _baseline_line(0.5, scores, _partial_validation(trainer))
+    assert lines[1].endswith(
+        f"not set against this run's 0.5000, which read 1 of the {batches} validation batches "
+        "(--trainer.limit_val_batches or fast_dev_run)"
+    )
+    assert "scored on all 360 validation images" in lines[1] and "against the better baseline" not in lines[1]
+    assert "this run 0.5000" in lines[None] and "-72 images of 360 against the better baseline" in lines[None]
+
+
 def test_an_evaluation_without_a_checkpoint_says_which_weights_it_measured(tmp_path: Path, caplog) -> None:
     """A new process's validate without --ckpt_path scores the model as built: chance, for an untrained one."""
     trainer, _ = _trainer(tmp_path, enable_progress_bar=False)

@@ -64,6 +64,37 @@ def _noise(last: float, baseline: dict[str, Any]) -> str:
     return f"; {apart:+d} images of {images:,} against the better baseline, {said}"
 
 
+def _partial_validation(trainer: L.Trainer) -> tuple[int, int] | None:
+    """(batches validated, batches the validation loaders hold) where the last validation read fewer than all
+    (``--trainer.limit_val_batches``, ``fast_dev_run``), else None."""
+    loaders = trainer.val_dataloaders
+    loaders = loaders if isinstance(loaders, list | tuple) else [loaders]
+    try:
+        whole = sum(len(loader) for loader in loaders)
+    except TypeError:  # a loader without a length: nothing to compare
+        return None
+    done = sum(int(n) for n in trainer.num_val_batches)
+    return (done, whole) if done < whole else None
+
+
+def _baseline_line(last: float, baseline: dict[str, Any], partial: tuple[int, int] | None) -> str:
+    """The run's last validation figure beside the pixel baselines, which score every validation image; where the
+    run validated fewer batches, the two are not set against each other."""
+    scores = f"RBF SVM on pixels {baseline['rbf_svm']:.4f} · logistic {baseline['logistic']:.4f}"
+    fitted = f"fitted on {baseline['train_images']:,} training images"
+    if partial is not None:
+        images = baseline.get("val_images")
+        every = f"all {images:,} validation images" if images else "every validation image"
+        return (
+            f"  against pixels   {scores} ({fitted}, scored on {every}); not set against this run's "
+            f"{last:.4f}, which read {partial[0]:,} of the {partial[1]:,} validation batches "
+            "(--trainer.limit_val_batches or fast_dev_run)"
+        )
+    return (
+        f"  against pixels   this run {last:.4f} · {scores} (same validation images; {fitted}){_noise(last, baseline)}"
+    )
+
+
 def _relative(path: str | Path | None) -> str:
     if not path:
         return "none"
@@ -82,7 +113,8 @@ class RunSummary(Callback):
       last logged training loss and the epoch's wall time.
     - At the end of ``fit``: epochs and steps done and their wall time, the run folder, the monitored metric
       at the last epoch and at its best (with the epoch), the classical baseline beside it where one was
-      measured (:class:`crate.lit.classical_baseline.ClassicalBaseline`), the best checkpoint and the last one
+      measured (:class:`crate.lit.classical_baseline.ClassicalBaseline`; not set against the run's figure where
+      its validation read fewer batches than the split holds), the best checkpoint and the last one
       (with how to resume); at the end of ``validate`` and ``test``: the split's metrics and the checkpoint measured.
 
     A checkpoint carries the best value and its epoch and the wall time so far, so a resumed run reports what the
@@ -218,11 +250,7 @@ class RunSummary(Callback):
             lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
         baseline = next((c.scores for c in trainer.callbacks if getattr(c, "scores", None) and c is not self), None)
         if baseline is not None and last is not None:
-            lines.append(
-                f"  against pixels   this run {last:.4f} · RBF SVM on pixels {baseline['rbf_svm']:.4f} · "
-                f"logistic {baseline['logistic']:.4f} (same validation images; fitted on "
-                f"{baseline['train_images']:,} training images){_noise(last, baseline)}"
-            )
+            lines.append(_baseline_line(last, baseline, _partial_validation(trainer)))
         best_path, last_path = self._checkpoints(trainer, name)
         if best_path:
             lines.append(f"  best checkpoint  {_relative(best_path)}")
