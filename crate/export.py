@@ -186,9 +186,9 @@ def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
     run = Run.open(ckpt)
     if not run.is_encoder and not run.has_classifier:
         raise CheckpointError(
-            f"{run.checkpoint.describe()} is a masked-pretraining run (pretrain.py): it has no classifier to export. "
+            f"{run.checkpoint.describe()}: a masked-pretraining run (pretrain.py), with no classifier to export. "
             "Probe or fine-tune it first (train.py fit --config configs/crate_mae_nano_digits_probe.yaml "
-            "--model.pretrained_file PATH) and export that run"
+            f"--model.pretrained_file {ckpt}) and export that run."
         )
     if controls and not run.is_encoder:
         raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")

@@ -13,6 +13,7 @@ import torch
 from conftest import REPO, write_image_folder
 
 import crate  # noqa: F401
+from crate.export import main as export_main
 from crate.lit import ImageClassifier, MaskedAutoencoder, cli_main
 from crate.lit.rate_monitor import layer_rate_values
 
@@ -91,7 +92,7 @@ def _final(path: Path, key: str) -> float:
 
 
 @pytest.mark.slow
-def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp_path: Path) -> None:
+def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp_path: Path, capsys) -> None:
     # 16 epochs (the recipe's 10 warm-up and 6 more): the probe reads 0.76 against the random encoder's 0.55 here
     cli_main(
         ["fit", "--config", PRETRAIN, "--trainer.max_epochs", "16", "--log_root", str(tmp_path), *QUIET],
@@ -106,6 +107,11 @@ def test_pretraining_run_then_probe_beats_the_same_probe_on_a_random_encoder(tmp
     assert "rate/Rc_before_attention/layer_0" in columns and "rate_decoder/Rc_after_attention/layer_3" in columns
     assert any(b"mae/reconstruction" in p.read_bytes() for p in run.glob("events.out.tfevents.*"))
     checkpoint = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit) as refused:  # no classifier to export: the line names the probe run to make
+        export_main([str(checkpoint), "--out", str(tmp_path / "encoder.safetensors")])
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and not (tmp_path / "encoder.safetensors").exists()
+    assert f"--config configs/crate_mae_nano_digits_probe.yaml --model.pretrained_file {checkpoint})" in said
     accuracies = {}
     for name, extra in (("pretrained", ["--model.pretrained_file", str(checkpoint)]), ("random", [])):
         args = ["fit", "--config", PROBE, "--trainer.max_epochs", "15", "--run_name", name, "--log_root", str(tmp_path)]
