@@ -106,6 +106,30 @@ def test_evaluating_a_run_under_the_default_relative_root_does_not_say_it_moved(
     assert moved_warnings("validate", "--ckpt_path", "moved/vit_nano_digits/version_0/checkpoints/last.ckpt") != []
 
 
+def test_a_resume_naming_the_run_s_folder_another_way_keeps_its_best_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """Trained under ./logs, resumed with --log_root given as the same folder's absolute path: Lightning compares
+    the recorded folder as a string, and without SameFolderCheckpoints it forgot the best score, so the first epoch
+    after the resume became the run's best file. The recorded best is set to 1.0 here, which no later epoch beats:
+    the best file must stay the one recorded, and no other best file may be written."""
+    monkeypatch.chdir(tmp_path)
+    _ok(run_in_process("fit", "--config", VIT, *QUICK, *QUIET))
+    checkpoints = tmp_path / "logs" / "vit_nano_digits" / "version_0" / "checkpoints"
+    state = torch.load(checkpoints / "last.ckpt", weights_only=False)
+    (best_state,) = [s for s in state["callbacks"].values() if s.get("monitor") == "val/acc"]
+    best_state["best_model_score"] = torch.tensor(1.0)
+    best_state["best_k_models"] = {best_state["best_model_path"]: torch.tensor(1.0)}
+    torch.save(state, checkpoints / "last.ckpt")
+    recorded = Path(best_state["best_model_path"]).name
+    resumed = run_in_process(
+        "fit", "--config", VIT, *QUICK, *QUIET, "--trainer.max_epochs", "2",
+        "--log_root", str(tmp_path / "logs"), "--ckpt_path", "last",
+    )  # fmt: skip
+    _ok(resumed)
+    assert sorted(p.name for p in checkpoints.glob("best-*.ckpt")) == [recorded]
+    after = torch.load(checkpoints / "last.ckpt", weights_only=False)["callbacks"]
+    assert [Path(s["best_model_path"]).name for s in after.values() if s.get("monitor") == "val/acc"] == [recorded]
+
+
 def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process(tmp_path: Path, vit_run: Path) -> None:
     """Lightning knows "best" only in the process that trained; the run's last checkpoint records it."""
     states = torch.load(vit_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["callbacks"]

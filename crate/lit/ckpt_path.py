@@ -4,7 +4,6 @@ to be a readable checkpoint of the configured model and module, and the run fold
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,11 +21,7 @@ def run_location(ckpt_path: str | None, log_root: str, run_name: str, anywhere: 
     """Where a command given ``ckpt_path`` logs: ``(log_root, run_name, N)`` of the run whose
     ``version_N/checkpoints/`` holds the file (``anywhere``: under any root, as validate, test and predict
     write beside the run they evaluate; otherwise only under ``log_root/run_name``, as a resume continues its
-    run), else ``(log_root, run_name, None)``: a new version.
-
-    The root is spelled as the run's checkpoints recorded their folder where it is the same folder: ``log_root``
-    as given, else relative when ``ckpt_path`` is. Lightning compares that record with the folder as a string,
-    and a different spelling of the same folder would print that the run moved and drop its best score."""
+    run), else ``(log_root, run_name, None)``: a new version."""
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return log_root, run_name, None
     folder = Path(ckpt_path).absolute().parent
@@ -35,13 +30,7 @@ def run_location(ckpt_path: str | None, log_root: str, run_name: str, anywhere: 
         return log_root, run_name, None
     run = folder.parent.parent
     if anywhere:
-        if run.parent.resolve() == Path(log_root).resolve():
-            root = log_root
-        elif Path(ckpt_path).is_absolute():
-            root = str(run.parent)
-        else:
-            root = os.path.relpath(run.parent)
-        return root, run.name, int(match.group(1))
+        return str(run.parent), run.name, int(match.group(1))
     if run.resolve() != Path(log_root, run_name).resolve():
         return log_root, run_name, None
     return log_root, run_name, int(match.group(1))

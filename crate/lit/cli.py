@@ -28,6 +28,7 @@ from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
 from .built_weights import check_built_head, warn_of_seen_images
+from .checkpoint_folder import SameFolderCheckpoints
 from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
 from .cpu_precision import warn_if_slow_bf16
@@ -77,8 +78,8 @@ class CrateCLI(LightningCLI):
     - ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state as ``last.ckpt``): with a
       monitor, Lightning's one callback refreshes ``last.ckpt`` only when a best file is written;
     - the zoo's callbacks as sections (``rate_monitor``, ``nonfinite_guard``, ``interrupt_checkpoint``,
-      ``random_state``, ``epoch_figures``, ``wall_clock``, ``prediction_writer``, ``run_summary``, ``baseline``,
-      ``snapshots``), so
+      ``random_state``, ``epoch_figures``, ``wall_clock``, ``prediction_writer``, ``run_summary``,
+      ``same_folder_checkpoints``, ``baseline``, ``snapshots``), so
       each is configured, or switched off, from the YAML like the trainer;
     - links from the data's ``num_classes``, ``in_chans``, ``img_size`` (and ``class_weights``) to the model, so
       a folder's classes and channels build the model that fits them;
@@ -134,6 +135,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(WallClock, "wall_clock")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.add_lightning_class_args(RunSummary, "run_summary")
+        parser.add_lightning_class_args(SameFolderCheckpoints, "same_folder_checkpoints")
         for key in ("num_classes", "in_chans", "img_size"):
             parser.link_arguments(f"data.{key}", f"model.{key}", apply_on="instantiate")
         if "class_weights" in inspect.signature(self.model_class).parameters:
