@@ -228,6 +228,10 @@ def test_an_evaluation_without_a_checkpoint_says_which_weights_it_measured(tmp_p
         with caplog.at_level(logging.INFO):
             trainer.validate(module, DigitsDataModule(batch_size=8))
     assert "val of the untrained model (random initialization): val/acc" in caplog.text
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False)  # a tag names weights; timm loads them if asked
+    tagged = ImageClassifier("crate_nano_patch4_32.digits", in_chans=1, img_size=32)
+    with pytest.warns(UserWarning, match=r"--model.model_kwargs '\{pretrained: true\}' the weights of the tag"):
+        trainer.validate(tagged, DigitsDataModule(batch_size=8))
 
     caplog.clear()
     shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "crate_nano_patch4_32.digits.safetensors"

@@ -149,9 +149,16 @@ class RunSummary(Callback):
         (at ``setup`` it has not, and ``trainer.ckpt_path`` is still None), not during a fit's validation."""
         stage = trainer.state.fn
         if stage is not None and stage != "fit" and _weights_evaluated(trainer, pl_module) == UNTRAINED:
+            name = str((getattr(pl_module, "hparams", None) or {}).get("model_name", ""))
+            tag = (
+                f", and --model.model_kwargs '{{pretrained: true}}' the weights of the tag {name} (a tag names "
+                "weights without loading them, as in timm.create_model)"
+                if "." in name
+                else ""
+            )
             rank_zero_warn(
                 f"{getattr(stage, 'value', stage)} without --ckpt_path uses {UNTRAINED}, not a run's weights; "
-                "--ckpt_path last, best or PATH evaluates a run"
+                f"--ckpt_path last, best or PATH evaluates a run{tag}"
             )
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
