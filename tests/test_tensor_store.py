@@ -39,6 +39,9 @@ def test_store_holds_exactly_pil_s_decoding_of_every_image_with_its_label(tmp_pa
             expected = np.asarray(Image.open(file).convert("RGB")).transpose(2, 0, 1)
             assert np.array_equal(stored.store.images[i].numpy(), expected)
             assert stored.store.labels[i] == int(file.parent.name.split("_")[1])
+        assert [(Path(path), label) for path, label in stored.samples] == [
+            (file, int(file.parent.name.split("_")[1])) for file in files
+        ]  # what names each prediction's file
     assert data.store_path("train").is_file() and data.store_path("val").is_file()
 
 

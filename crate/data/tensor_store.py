@@ -182,10 +182,22 @@ def _cached_or_built(
 
 class StoredImages(Dataset):
     """A store in its evaluation form: ``(image, label)`` with the image resized to ``size`` (when it
-    differs) and normalised; a DataLoader's batch is read with one indexing of the store."""
+    differs) and normalised; a DataLoader's batch is read with one indexing of the store. ``samples``: the
+    files the store was decoded from, in its order, with their labels (as torchvision's ``ImageFolder.samples``:
+    what names each prediction's file)."""
 
-    def __init__(self, store: TensorStore, mean: Sequence[float], std: Sequence[float], size: int) -> None:
+    def __init__(
+        self,
+        store: TensorStore,
+        mean: Sequence[float],
+        std: Sequence[float],
+        size: int,
+        samples: Sequence[tuple[Path, int]] = (),
+    ) -> None:
+        if samples and len(samples) != len(store):
+            raise ValueError(f"{len(samples)} files for a store of {len(store)} images")
         self.store = store
+        self.samples = list(samples)
         self.classes = list(store.classes)
         self.targets = store.labels.tolist()
         self.mean, self.std, self.size = tuple(mean), tuple(std), size

@@ -118,7 +118,10 @@ class StoredImageDataModule(ImageDataModule):
                 raise DataError(f"the {split} store holds {store.images.shape[1]}-channel images, not {self.in_chans}")
         if "train" in stores:
             self._train_store = stores["train"]
-        built = {split: StoredImages(store, self.mean, self.std, self.img_size) for split, store in stores.items()}
+        built = {
+            split: StoredImages(store, self.mean, self.std, self.img_size, self.layout.samples(split))
+            for split, store in stores.items()
+        }
         self.train_set = built.get("train", self.train_set)
         self.val_set = built.get("val", self.val_set)
         self.test_set = built.get("test", self.test_set)
