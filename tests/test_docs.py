@@ -260,3 +260,51 @@ def test_the_readme_s_loading_example_runs_as_written_and_each_tag_names_its_cla
     assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1.0) < 1e-5
     assert scope["labels"][0] == "airplane" and len(scope["labels"]) == 10
     assert scope["digits"].pretrained_cfg["label_names"] == tuple(str(d) for d in range(10))
+
+
+def test_the_docs_home_page_example_runs_as_written_and_prints_a_class_name(capsys) -> None:
+    """The home page's python block, run as written (its image is a white square): it prints one of the shipped
+    CIFAR-10 CRATE's class names."""
+    block = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "index.md").read_text(), re.S)
+    assert len(block) == 1
+    exec(compile(block[0], "index.md", "exec"), {})  # noqa: S102 - the page's own example
+    import timm
+
+    names = timm.create_model("crate_cct4_3x2_32.cifar10", pretrained=True).pretrained_cfg["label_names"]
+    assert capsys.readouterr().out.strip() in names
+
+
+def _reader_names(page: str) -> dict:
+    """What a page's example leaves to its reader (images, a model), made here; the rest runs as written."""
+    import timm
+    import torch
+    from PIL import Image
+
+    if page == "models":
+        return {"images": torch.randn(2, 3, 224, 224)}
+    if page == "metrics":
+        return {
+            "model": timm.create_model("crate_nano_patch4_32.digits", pretrained=True),
+            "images": torch.randn(2, 1, 32, 32),
+        }
+    return {"image": Image.new("RGB", (40, 30), (30, 120, 200))}
+
+
+@pytest.mark.parametrize("page", ["models", "metrics", "self_supervised"])
+def test_the_python_examples_of_the_reference_pages_run_as_written(page: str) -> None:
+    """Each page's python block (offline; the images and model it names but does not make given here), with the
+    shapes and figures its comments promise."""
+    import torch
+
+    (block,) = re.findall(r"```python\n(.*?)```", (REPO / "docs" / f"{page}.md").read_text(), re.S)
+    scope = _reader_names(page)
+    exec(compile(block, f"{page}.md", "exec"), scope)  # noqa: S102 - the page's own example
+    if page == "models":
+        assert scope["logits"].shape == (2, 10) and scope["tokens"].shape[:2] == (2, 1 + 14 * 14)
+        assert len(scope["per_layer"]) == len(scope["model"].blocks)
+    elif page == "metrics":
+        assert scope["traces"][0].attention.shape[:1] == (2,)
+        value = scope["metric"].compute()["Rc_before_attention/layer_0"]
+        assert value.dtype == torch.float64 and torch.isfinite(value) and value > 0
+    else:
+        assert scope["features"].shape == (1, scope["encoder"].num_features)
