@@ -100,15 +100,16 @@ def verdict(
         reached = _reach(values, direction, limits)
         if not reaches(reached):
             continue
-        within = []
-        if not reaches(drawn):  # no draw reaches the figure; another draw could
-            within.append(f"the scatter of its {_draws(values)} draws")
+        scattered = not reaches(drawn)  # no draw reaches the figure; another draw could
+        reached = reached if scattered else drawn
+        short = noise and (reached < trained if direction == "higher" else reached > trained)
+        if scattered:  # the draws as they fell, then how far one more could lie: no draw is said to reach it
+            towards = "up to" if direction == "higher" else "down to"
+            said = f"{label}: its {_draws(values)} draws {_range(list(draws), digits)}, another draw {towards} "
+            said += f"{reached:.{digits}f}" + (f", within {noise}" if short else "")
         else:
-            reached = drawn
-        if noise and (reached < trained if direction == "higher" else reached > trained):
-            within.append(noise)
-        said = f" within {' and '.join(within)}" if within else ""
-        return False, f"not a finding ({label} reaches {reached:.{digits}f}{said})"
+            said = f"{label} reaches {reached:.{digits}f}" + (f" within {noise}" if short else "")
+        return False, f"not a finding ({said})"
     beyond = " and ".join(f"{label} {_beyond(v, direction, digits, limits)}" for label, v in controls.items())
     return True, f"{trained:.{digits}f}, beyond {beyond}"
 
