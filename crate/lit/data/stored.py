@@ -93,6 +93,10 @@ class StoredImageDataModule(ImageDataModule):
         that comes with one of them at no cost (CIFAR's test split is also its validation split)."""
         raise NotImplementedError
 
+    def files(self, split: str) -> list[tuple[Path, int]]:
+        """The files a split's store was decoded from, in its order, with their labels (none: arrays)."""
+        return []
+
     def splits_for(self, stage: str | None) -> set[str]:
         """The splits a stage reads: ``train`` and ``val`` always (fit, and the probes and baselines that read
         the training images), ``test`` only for ``test`` (or predict on it) and for a setup without a stage.
@@ -119,7 +123,7 @@ class StoredImageDataModule(ImageDataModule):
         if "train" in stores:
             self._train_store = stores["train"]
         built = {
-            split: StoredImages(store, self.mean, self.std, self.img_size, self.layout.samples(split))
+            split: StoredImages(store, self.mean, self.std, self.img_size, self.files(split))
             for split, store in stores.items()
         }
         self.train_set = built.get("train", self.train_set)
@@ -240,6 +244,9 @@ class StoredImageFolderDataModule(StoredImageDataModule):
 
     def store_path(self, split: str) -> Path:
         return self.store_dir / f"{split}-{self.layout.loader.mode}.safetensors"
+
+    def files(self, split: str) -> list[tuple[Path, int]]:
+        return self.layout.samples(split)
 
     def stores(self, splits: Collection[str] = ("train", "val", "test")) -> dict[str, TensorStore]:
         try:
