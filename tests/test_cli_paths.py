@@ -78,15 +78,17 @@ def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, v
 
 
 def test_evaluating_a_run_under_the_default_relative_root_does_not_say_it_moved(tmp_path: Path, monkeypatch) -> None:
-    """A run trained under ./logs records its checkpoint folder as ``logs/...``; validate and test must name that
-    folder the same way, or Lightning warns that the run moved and drops its best score. A run that did move
-    still gets the warning (the check can fail)."""
+    """A run trained under ./logs records its checkpoint folder as ``logs/...``; validate and predict name it as
+    given (absolute, relative), and Lightning warned that the run moved and dropped its best score. A moved run
+    whose files moved with it is read in its new place; one whose best file is gone still gets the warning (the
+    check can fail)."""
     import warnings
 
     monkeypatch.chdir(tmp_path)
     _ok(run_in_process("fit", "--config", VIT, *QUICK, *QUIET))
-    states = torch.load("logs/vit_nano_digits/version_0/checkpoints/last.ckpt", weights_only=False)["callbacks"]
-    assert {s["dirpath"] for s in states.values() if "dirpath" in s} == {"logs/vit_nano_digits/version_0/checkpoints"}
+    checkpoints = "vit_nano_digits/version_0/checkpoints"
+    states = torch.load(f"logs/{checkpoints}/last.ckpt", weights_only=False)["callbacks"]
+    assert {s["dirpath"] for s in states.values() if "dirpath" in s} == {f"logs/{checkpoints}"}
 
     def moved_warnings(*args: str) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:
@@ -95,22 +97,23 @@ def test_evaluating_a_run_under_the_default_relative_root_does_not_say_it_moved(
         return [str(w.message) for w in caught if "dirpath has changed" in str(w.message)]
 
     assert moved_warnings("validate", "--ckpt_path", "best") == []
-    assert moved_warnings("predict", "--ckpt_path", "logs/vit_nano_digits/version_0/checkpoints/last.ckpt") == []
-    assert (
-        moved_warnings(
-            "validate", "--ckpt_path", str(tmp_path / "logs/vit_nano_digits/version_0/checkpoints/last.ckpt")
-        )
-        == []
-    )
+    assert moved_warnings("predict", "--ckpt_path", f"logs/{checkpoints}/last.ckpt") == []
+    assert moved_warnings("validate", "--ckpt_path", str(tmp_path / "logs" / checkpoints / "last.ckpt")) == []
     shutil.move("logs", "moved")
-    assert moved_warnings("validate", "--ckpt_path", "moved/vit_nano_digits/version_0/checkpoints/last.ckpt") != []
+    assert moved_warnings("validate", "--ckpt_path", f"moved/{checkpoints}/last.ckpt") == []
+    for best in Path("moved", checkpoints).glob("best-*.ckpt"):
+        best.unlink()
+    assert moved_warnings("validate", "--ckpt_path", f"moved/{checkpoints}/last.ckpt") != []
 
 
-def test_a_resume_naming_the_run_s_folder_another_way_keeps_its_best_checkpoint(tmp_path: Path, monkeypatch) -> None:
-    """Trained under ./logs, resumed with --log_root given as the same folder's absolute path: Lightning compares
-    the recorded folder as a string, and without SameFolderCheckpoints it forgot the best score, so the first epoch
-    after the resume became the run's best file. The recorded best is set to 1.0 here, which no later epoch beats:
-    the best file must stay the one recorded, and no other best file may be written."""
+@pytest.mark.parametrize("where", ["the same folder spelled absolute", "the folder moved"])
+def test_a_resume_that_finds_the_run_another_way_keeps_its_best_checkpoint(
+    tmp_path: Path, monkeypatch, where: str
+) -> None:
+    """Trained under ./logs, resumed with --log_root as the same folder's absolute path, or after the run's
+    folder moved: Lightning compares the recorded folder as a string, and without SameFolderCheckpoints it forgot
+    the best score, so the first epoch after the resume became the run's best file. The recorded best is set to
+    1.0 here, which no later epoch beats: the best file must stay the one recorded, and no other may be written."""
     monkeypatch.chdir(tmp_path)
     _ok(run_in_process("fit", "--config", VIT, *QUICK, *QUIET))
     checkpoints = tmp_path / "logs" / "vit_nano_digits" / "version_0" / "checkpoints"
@@ -120,10 +123,24 @@ def test_a_resume_naming_the_run_s_folder_another_way_keeps_its_best_checkpoint(
     best_state["best_k_models"] = {best_state["best_model_path"]: torch.tensor(1.0)}
     torch.save(state, checkpoints / "last.ckpt")
     recorded = Path(best_state["best_model_path"]).name
+    root = tmp_path / "logs"
+    if where == "the folder moved":
+        root = tmp_path / "elsewhere" / "runs"
+        shutil.move(tmp_path / "logs", root)
+        checkpoints = root / "vit_nano_digits" / "version_0" / "checkpoints"
     resumed = run_in_process(
-        "fit", "--config", VIT, *QUICK, *QUIET, "--trainer.max_epochs", "2",
-        "--log_root", str(tmp_path / "logs"), "--ckpt_path", "last",
-    )  # fmt: skip
+        "fit",
+        "--config",
+        VIT,
+        *QUICK,
+        *QUIET,
+        "--trainer.max_epochs",
+        "2",
+        "--log_root",
+        str(root),
+        "--ckpt_path",
+        "last",
+    )
     _ok(resumed)
     assert sorted(p.name for p in checkpoints.glob("best-*.ckpt")) == [recorded]
     after = torch.load(checkpoints / "last.ckpt", weights_only=False)["callbacks"]

@@ -12,7 +12,8 @@
   run always gets a new ``version_N`` folder);
 - timm's "Cosine annealing scheduler will have no effect" for a one-epoch schedule (the warm-up still applies).
 
-Lightning's "The dirpath has changed" stays: it says that a moved run forgets its best score."""
+Lightning's "The dirpath has changed" stays: it says that a run whose recorded checkpoint files are not in its
+folder forgets its best score (:class:`crate.lit.checkpoint_folder.SameFolderCheckpoints` keeps it where they are)."""
 
 from __future__ import annotations
 
