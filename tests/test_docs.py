@@ -303,8 +303,20 @@ def test_the_python_examples_of_the_reference_pages_run_as_written(page: str) ->
         assert scope["logits"].shape == (2, 10) and scope["tokens"].shape[:2] == (2, 1 + 14 * 14)
         assert len(scope["per_layer"]) == len(scope["model"].blocks)
     elif page == "metrics":
+        from test_trace import official_coding_rate
+
         assert scope["traces"][0].attention.shape[:1] == (2,)
+        model, outputs = scope["model"], []  # the official measurement: a hook on layer 0's qkv, as crate_hook.py
+        heads = model.blocks[0].attn.num_heads
+        hook = model.blocks[0].attn.qkv.register_forward_hook(
+            lambda module, args, out: outputs.append(out.detach().double().numpy())
+        )
+        with torch.no_grad():
+            model(scope["images"])
+        hook.remove()
+        batch, tokens, _ = outputs[0].shape
+        expected = official_coding_rate(outputs[0].reshape(batch, tokens, heads, -1).transpose(0, 2, 1, 3))
         value = scope["metric"].compute()["Rc_before_attention/layer_0"]
-        assert value.dtype == torch.float64 and torch.isfinite(value) and value > 0
+        assert value.dtype == torch.float64 and float(value) == pytest.approx(expected, rel=1e-6)
     else:
         assert scope["features"].shape == (1, scope["encoder"].num_features)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 from lightning.pytorch.utilities import rank_zero_warn
 
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.run.record import recorded_best
 
 from .run_record import PROGRAMS, module_kind
 
@@ -129,18 +129,13 @@ def best_recorded(last: Path) -> Path:
     (``val/acc`` for train.py) last saved as best, which resumes carry on. It is looked for beside ``last`` under
     the name it was saved with first (a run moved or copied to another folder keeps to its own files), then at
     the path recorded."""
-    states = check_readable(last).record.get("callbacks") or {}
-    recorded = [
-        state["best_model_path"]
-        for state in states.values()
-        if isinstance(state, Mapping) and state.get("monitor") and state.get("best_model_path")
-    ]
-    if not recorded:
+    recorded = recorded_best(check_readable(last).record)
+    if recorded is None:
         raise CheckpointError(
             f"--ckpt_path best: {last} records no best checkpoint (its run had scored no validation when it was "
             "written); give the checkpoint's path, or --ckpt_path last"
         )
-    best = Path(recorded[0])
+    best = Path(recorded[1])
     for candidate in (last.parent / best.name, best):
         if candidate.is_file():
             return candidate

@@ -30,6 +30,7 @@ __all__ = [
     "FileRecord",
     "module_kind",
     "read_record",
+    "recorded_best",
     "run_config",
     "run_config_file",
     "start_weights",
@@ -174,15 +175,22 @@ def read_record(held: Checkpoint) -> FileRecord:
     )
 
 
-def _best_by(loaded: Mapping[str, Any], file_name: str) -> str | None:
-    """The metric of the checkpoint callback that recorded ``file_name`` as its best file, None where none did."""
+def recorded_best(loaded: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(metric, path)`` of the best file a Lightning checkpoint's monitoring ``ModelCheckpoint`` recorded when the
+    checkpoint was written, or None where none had recorded one (no validation scored yet, or no such callback)."""
     for state in (loaded.get("callbacks") or {}).values():
-        if not isinstance(state, Mapping) or not isinstance(state.get("monitor"), str):
+        if not isinstance(state, Mapping):
             continue
-        best = state.get("best_model_path")
-        if isinstance(best, str) and best and Path(best).name == file_name:
-            return state["monitor"]
+        metric, best = state.get("monitor"), state.get("best_model_path")
+        if isinstance(metric, str) and metric and isinstance(best, str) and best:
+            return metric, best
     return None
+
+
+def _best_by(loaded: Mapping[str, Any], file_name: str) -> str | None:
+    """The metric by which the file named ``file_name`` was its run's best checkpoint when written, else None."""
+    best = recorded_best(loaded)
+    return best[0] if best is not None and Path(best[1]).name == file_name else None
 
 
 def _start_weights(value: Any) -> dict[str, str] | None:
