@@ -43,6 +43,7 @@ from crate.models import CheckpointError, checkpoint_filter_fn, create_classifie
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
+from crate.run.held_out import NoDataFolder
 from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
@@ -256,6 +257,8 @@ def _read_held_out(
         if run.is_encoder:
             return None, load_data(run.data_config, model, limit=None, overrides=overrides)
         return held_out_set(run.data_config, model, overrides), None
+    except NoDataFolder as err:
+        raise DataError(str(err)) from err
     except (FileNotFoundError, DataError, ValueError) as err:
         raise DataError(
             f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "

@@ -45,6 +45,7 @@ from crate.run.held_out import check_label_names
 __all__ = [
     "COLUMNS",
     "NoTestSplit",
+    "OtherData",
     "dataset_name",
     "evaluate_tag",
     "main",
@@ -108,23 +109,43 @@ class NoTestSplit(ValueError):
     """A tag whose data has no test split (scikit-learn's digits: train and validation only)."""
 
 
+class OtherData(ValueError):
+    """``--data-root`` names other data than a tag's run held out (another number of validation images)."""
+
+
+def _card_val_images(tag: str) -> int | None:
+    """The number of validation images the tag's run held out, as its card records it (None: no card)."""
+    card = _card_folder(tag) / f"{tag}.json"
+    return json.loads(card.read_text()).get("val_images") if card.is_file() else None
+
+
 def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> tuple[str, dict[str, Any]]:
     """(dataset name, the tag's row) on the validation split its file records, or with ``split="test"`` on the
-    ``test/`` folder beside that data (``data_root``: where it lies now). A name timm does not know raises a
-    ValueError that names the close matches or the architecture's tags."""
+    ``test/`` folder beside that data (``data_root``: where its image folder lies now; the digits lie in none and
+    ignore it). On val, a ``data_root`` whose split holds another number of images than the tag's card says its
+    run held out raises :class:`OtherData`: it is other data (CIFAR-10's folder for a tag trained on a subset of
+    it). A name timm does not know raises a ValueError that names the close matches or the architecture's tags."""
     check_model_name(tag, pretrained=True, files_too=False)
     model = timm.create_model(tag, pretrained=True).eval()
     data_config = read_record(read_checkpoint(model.pretrained_cfg["file"])).data_config
     if data_config is None:
         raise ValueError("its file records no data config; re-export it with crate.export")
+    recorded_root = (data_config.get("init_args") or {}).get("root")
+    if recorded_root is None:  # data that lies in no folder (the digits ship with scikit-learn): nothing moved
+        data_root = None
     if split == "test":
-        root = data_root or (data_config.get("init_args") or {}).get("root")
+        root = data_root or recorded_root
         if root is None:
             raise NoTestSplit(f"its data ({data_config['class_path']}) has no test split: score it with --split val")
         dataset = timm_test_set(Path(root), model)
     else:
-        overrides = {"root": data_root} if data_root else None
-        dataset = held_out_set(data_config, model, overrides)
+        dataset = held_out_set(data_config, model, {"root": data_root} if data_root else None)
+        held_out = _card_val_images(tag)
+        if data_root and held_out is not None and len(dataset) != held_out:
+            raise OtherData(
+                f"{Path(data_root) / 'val'} holds {len(dataset):,} validation images, but its run held out "
+                f"{held_out:,} (its card; trained on {recorded_root}): --data-root names other data than its run's"
+            )
     accuracy = held_out_topk(model, dataset, (1, 5))
     cfg = model.pretrained_cfg
     row = {
@@ -170,7 +191,11 @@ def main(argv: list[str] | None = None) -> None:
         "--tags", nargs="*", help="tags to evaluate (default: every shipped tag); their rows replace theirs in the CSV"
     )
     parser.add_argument("--split", choices=("val", "test"), default="val", help="the split scored (default val)")
-    parser.add_argument("--data-root", default=None, help="where the tags' data lies now, if it moved")
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="where the tags' image folder lies now, if it moved (a tag trained on other data is skipped)",
+    )
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
     args = parser.parse_args(argv)
     try:  # before any tag is scored or card written
@@ -197,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
             # `make cifar10-data`) is left out, said so, and the others are written
             print(f"crate-results: skipped {tag}: its data is not here ({str(err).splitlines()[0]})", file=sys.stderr)
             continue
-        except NoTestSplit as err:
+        except (NoTestSplit, OtherData) as err:
             if args.tags:
                 parser.exit(2, f"crate-results: error: {tag}: {err}\n")
             print(f"crate-results: skipped {tag}: {err}", file=sys.stderr)  # every shipped tag: digits among them

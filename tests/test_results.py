@@ -233,3 +233,46 @@ def test_the_card_holds_the_test_top1_as_the_fraction_the_row_prints(tmp_path: P
     text = (tmp_path / f"{tag}.json").read_text()
     assert '"test_accuracy": 0.7294,' in text and json.loads(text)["test_images"] == 10_000
     assert "**0.7294** on 10,000 images" in (tmp_path / f"{tag}.md").read_text()
+
+
+def test_a_data_root_moves_image_folders_only_and_other_data_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--data-root`` is where a tag's image folder lies now. The digits lie in no folder: on val the flag leaves
+    their figure as it is (once it aborted every tag's run), on test they still have no test split. A folder whose
+    val/ holds another number of images than the tag's run held out (its card) is other data: refused by name,
+    skipped among all tags, and no row written."""
+    from PIL import Image
+
+    import crate.results as results
+    from crate.models.shipped import CIFAR10_CLASSES
+
+    digits = "crate_nano_patch4_32.digits"
+    main(["--tags", digits, "--data-root", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")])
+    with (tmp_path / "out" / "results-digits.csv").open() as handle:
+        (row,) = list(csv.DictReader(handle))
+    card = json.loads((REPO / "checkpoints" / f"{digits}.json").read_text())
+    assert float(row["top1"]) == round(100 * card["val_accuracy"], 3)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tags", digits, "--split", "test", "--data-root", str(tmp_path), "--out-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "has no test split" in capsys.readouterr().err
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in CIFAR10_CLASSES:
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(2):
+                pixels = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(tmp_path / "data" / split / name / f"{i}.png")
+    tag = "crate_nano_patch4_32.cifar10"
+    held_out = json.loads((REPO / "checkpoints" / f"{tag}.json").read_text())["val_images"]
+    assert held_out != 20
+    args = ["--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path / "cifar")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tags", tag, *args])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == (
+        f"crate-results: error: {tag}: {tmp_path / 'data' / 'val'} holds 20 validation images, but its run held out "
+        f"{held_out:,} (its card; trained on data/cifar10): --data-root names other data than its run's\n"
+    )
+    monkeypatch.setattr(results, "shipped_tags", lambda: [digits, tag])
+    main(args)
+    assert f"crate-results: skipped {tag}: {tmp_path / 'data' / 'val'} holds 20" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "cifar").iterdir()] == ["results-digits.csv"]

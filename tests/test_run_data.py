@@ -100,9 +100,15 @@ def test_export_interpret_and_validate_score_the_split_the_run_held_out(runs, tm
         assert exit_info.value.code == 2 and "split otherwise (split_seed 1 -> 0)" in error
         assert f"which {subcommand} would take for held-out ones" in error
     assert _files(ckpt.parents[2]) == before
-    with pytest.raises(SystemExit):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
         export_main([str(ckpt), "--out", str(tmp_path / "x.safetensors"), "--data-root", "/nowhere"])
-    assert not (tmp_path / "x.safetensors").exists()  # root is no setting of digits: refused, nothing written
+    # the digits lie in no folder: refused as such (not with advice to give the --data-root it was given)
+    assert exit_info.value.code == 2 and capsys.readouterr().err == (
+        "crate-export: error: the checkpoint's run trained on scikit-learn's digits, which lie in no folder: give it "
+        "no data root (or check that this is the checkpoint you meant)\n"
+    )
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 def test_a_run_from_weights_trained_on_another_split_of_its_data_says_so(runs, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from crate.models import CheckpointError
 
 __all__ = [
     "DIGITS",
+    "NoDataFolder",
     "check_label_names",
     "class_difference",
     "datamodule_from_config",
@@ -83,6 +84,10 @@ def _split_args(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (config.get("init_args") or {}).items() if k not in _NOT_THE_SPLIT}
 
 
+class NoDataFolder(ValueError):
+    """A data folder given for data that lies in none: scikit-learn's digits ship with scikit-learn."""
+
+
 def is_digits(config: dict[str, Any]) -> bool:
     return _class_name(config) == "DigitsDataModule"
 
@@ -112,6 +117,11 @@ def resolve_data(
         if "class_path" not in data:
             raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
         config = {"class_path": data["class_path"], "init_args": dict(data.get("init_args") or {})}
+    if is_digits(config) and "root" in (overrides or {}):
+        raise NoDataFolder(
+            "the checkpoint's run trained on scikit-learn's digits, which lie in no folder: give it no data root "
+            "(or check that this is the checkpoint you meant)"
+        )
     config = {
         "class_path": config["class_path"],
         "init_args": _with_overrides(config.get("init_args") or {}, overrides),
