@@ -248,6 +248,23 @@ def _write_weights(
     _usual_mode(out)
 
 
+def _check_split_sizes(run: Run, read: dict[str, int]) -> None:
+    """Refuse data whose splits hold other numbers of images than the run's record (an image folder's
+    ``split_sizes``): a folder given as the run's data that is other data (the full CIFAR-10 for a run on a
+    subset of it) would put its accuracy on the card as the run's held-out figure."""
+    recorded = (run.record.data_identity or {}).get("split_sizes") or {}
+    changed = [
+        f"{split} {recorded[split]:,} -> {count:,}"
+        for split, count in read.items()
+        if split in recorded and recorded[split] != count
+    ]
+    if changed:
+        raise DataError(
+            f"the data read holds other images than the run trained and held out (images of {'; '.join(changed)}): "
+            "it is not the run's data; give --data-root the folder the run trained on, or --no-accuracy"
+        )
+
+
 def _read_held_out(
     run: Run, model: torch.nn.Module, overrides: dict[str, Any] | None
 ) -> tuple[Dataset | None, EvalData | None]:
@@ -255,8 +272,9 @@ def _read_held_out(
     probe data, and what is scored)."""
     try:
         if run.is_encoder:
-            return None, load_data(run.data_config, model, limit=None, overrides=overrides)
-        return held_out_set(run.data_config, model, overrides), None
+            held_out, eval_data = None, load_data(run.data_config, model, limit=None, overrides=overrides)
+        else:
+            held_out, eval_data = held_out_set(run.data_config, model, overrides), None
     except NoDataFolder as err:
         raise DataError(str(err)) from err
     except (FileNotFoundError, DataError, ValueError) as err:
@@ -264,6 +282,11 @@ def _read_held_out(
             f"{one_line(err)} (the run's data must be readable to measure the file's accuracy: "
             "--data-root DIR where it lies now, or --no-accuracy)"
         ) from err
+    if eval_data is not None:
+        _check_split_sizes(run, {"train": len(eval_data.train_images), "val": len(eval_data.val_images)})
+    else:
+        _check_split_sizes(run, {"val": len(held_out)})
+    return held_out, eval_data
 
 
 @dataclass

@@ -141,6 +141,23 @@ def test_a_run_on_a_folder_says_its_recipe_records_it_and_carries_its_baseline_t
     card = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "mine.safetensors")
     assert card["classical_baseline"] == held
     assert f"RBF SVM {svm:.4f}" in (tmp_path / "mine.md").read_text()
+    # the folder moved: the data root finds it and the card's figure is the same; a folder of other images (one
+    # more in val/) is not the run's data, and its accuracy is not put on a card as the run's held-out figure
+    import shutil
+
+    from crate.lit.data.base import DataError
+
+    shutil.copytree(tmp_path / "images", tmp_path / "moved")
+    moved = {"root": str(tmp_path / "moved")}
+    assert export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "moved.safetensors", data_overrides=moved)[
+        "val_accuracy"
+    ] == pytest.approx(card["val_accuracy"], abs=0)
+    shutil.copy(tmp_path / "moved" / "val" / "c0" / "0.png", tmp_path / "moved" / "val" / "c0" / "extra.png")
+    with pytest.raises(
+        DataError, match=r"holds other images than the run trained and held out \(images of val 36 -> 37\)"
+    ):
+        export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "other.safetensors", data_overrides=moved)
+    assert not list(tmp_path.glob("other.*"))
 
     caplog.clear()
     with caplog.at_level(logging.INFO):
