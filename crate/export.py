@@ -43,7 +43,7 @@ from crate.models import CheckpointError, checkpoint_filter_fn, create_classifie
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import Run, build_model, held_out_accuracy, held_out_set
-from crate.run.held_out import NoDataFolder
+from crate.run.held_out import NoDataFolder, validation_split_note
 from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
@@ -359,6 +359,7 @@ def _card(
         **({"best_by": run.record.best_by} if run.record.best_by else {}),
         "val_accuracy": measured.accuracy,
         "val_images": measured.images,
+        **({"val_split_note": note} if (note := validation_split_note(run.data_config or {})) else {}),
         **({"frozen_features": measured.frozen, "bank_images": measured.bank_images} if measured.frozen else {}),
         **({"classical_baseline": run.classical_baseline} if run.classical_baseline else {}),
         "accuracy_note": measured.note,

@@ -12,6 +12,14 @@ from crate.wording import counted
 __all__ = ["UNKNOWN_RUN_SETTING", "card_markdown", "hub_card"]
 
 
+def _held_out_words(card: dict[str, Any]) -> str:
+    """The images the card's figures were read on: the run's validation split or, where the data validates on its
+    official test split (CIFAR through torchvision), that split, said so."""
+    if card.get("val_split_note"):
+        return f"the {card['val_images']} images of the data's official test split, which its run validated on"
+    return f"the {card['val_images']} validation images its run held out"
+
+
 def _frozen_feature_lines(card: dict[str, Any]) -> str:
     """The encoder card's section: k-NN and probe accuracy of the file and of its controls."""
     scored = card.get("frozen_features")
@@ -20,7 +28,7 @@ def _frozen_feature_lines(card: dict[str, Any]) -> str:
     rows = "\n".join(
         f"| {label} | {entry['knn_top1']:.4f} | {entry['linear_probe_top1']:.4f} |" for label, entry in scored.items()
     )
-    return f"""frozen features scored on the {card["val_images"]} validation images its run held out \
+    return f"""frozen features scored on {_held_out_words(card)} \
 (float32): weighted k-NN (k {KNN_K}, temperature {KNN_TEMPERATURE}; the bank: the {card["bank_images"]} training \
 images) and a logistic-regression probe on the standardised features, beside its controls
 
@@ -97,7 +105,7 @@ def card_markdown(card: dict[str, Any]) -> str:
         else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
     )
     accuracy_line = (
-        f"**{accuracy:.4f}** on the {card['val_images']} validation images its run held out (float32{differs})"
+        f"**{accuracy:.4f}** on {_held_out_words(card)} (float32{differs})"
         if accuracy is not None
         else f"not measured ({card['accuracy_note']})"
     )
@@ -107,6 +115,11 @@ def card_markdown(card: dict[str, Any]) -> str:
         if encoder
         else f"- validation accuracy, measured on this file at export: {accuracy_line}"
     )
+    if card.get("val_split_note"):
+        measured += (
+            "\n- no unbiased test figure: the run validated on its data's official test split and chose its "
+            f"checkpoints by it ({card['val_split_note']})"
+        )
     if card.get("test_accuracy") is not None:
         measured += (
             f"\n- test top-1 (the data's official test split, scored once after this file was chosen on val, "

@@ -444,3 +444,20 @@ def test_a_run_started_from_a_file_s_weights_names_that_file_on_its_card(tmp_pat
     assert card["recipe"]["pretrained_sha256"].startswith("unknown")
     markdown = (tmp_path / "crate_nano_patch4_32.old.md").read_text()
     assert f"starting from the weights of `{start}` (the epochs it took" in markdown
+
+
+def test_every_shipped_card_is_its_record_rendered_and_names_the_file_s_classes() -> None:
+    """A card's page is what ``card_markdown`` writes from its JSON (no hand edits, no page of an older renderer),
+    and the classes it names are the ones the weights file carries in its metadata."""
+    from safetensors import safe_open
+
+    from crate.model_card import card_markdown
+
+    cards = sorted((REPO / "checkpoints").glob("*.json"))
+    assert len(cards) == 22
+    for path in cards:
+        card = json.loads(path.read_text())
+        assert path.with_suffix(".md").read_text() == card_markdown(card), path.name
+        with safe_open(str(REPO / "checkpoints" / card["file"]), "pt") as handle:
+            names = json.loads((handle.metadata() or {}).get("label_names", "null"))
+        assert card.get("label_names") == names, path.name

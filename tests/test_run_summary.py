@@ -260,3 +260,48 @@ def test_an_evaluation_of_a_checkpoint_is_not_said_to_be_untrained(tmp_path: Pat
         assert not [w for w in caught if "untrained" in str(w.message)], run
         if run == "validate":
             assert "val of checkpoints/last.ckpt: val/acc" in caplog.text
+
+
+def test_a_run_that_validates_on_cifar_s_test_split_says_so_in_its_summary_and_card(
+    tmp_path: Path, caplog, monkeypatch
+) -> None:
+    """torchvision's CIFAR files hold a train and a test split only, so CIFARDataModule validates on the official
+    test split: the best checkpoint is chosen on test images. The run summary, a validation of it and its export
+    card say so instead of calling the figure a held-out validation figure; the image-folder data does not."""
+    from helpers import cifar_arrays
+
+    from crate.export import export_checkpoint
+    from crate.lit import CIFARDataModule, cli_main
+
+    arrays = cifar_arrays(seed=0, train_size=24, test_size=12)
+    monkeypatch.setattr(CIFARDataModule, "_open", lambda self, train, download: arrays[train])
+    monkeypatch.chdir(tmp_path)
+    config = Path(__file__).resolve().parents[1] / "configs" / "crate_tiny_cifar10.yaml"
+    args = ["--config", str(config), "--model.model_name", "crate_nano_patch4_32", "--model.model_kwargs", "{depth: 1}"]
+    args += ["--data.download", "false", "--data.num_workers", "0", "--data.batch_size", "8"]
+    args += ["--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false", "--log_root", "logs"]
+    note = (
+        "is read on the data's official test split, so a checkpoint chosen by it has no unbiased test figure: "
+        "torchvision's CIFAR files hold a training and a test split only"
+    )
+    with caplog.at_level(logging.INFO):
+        cli_main(["fit", *args, "--trainer.max_epochs", "1"])
+    assert f"note             val/acc {note}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        cli_main(["validate", *args, "--ckpt_path", "last"])
+    assert f"note             val {note}" in caplog.text
+    run = tmp_path / "logs" / "crate_tiny_cifar10" / "version_0"
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "tiny.safetensors")
+    assert card["val_images"] == 12 and "make cifar10-data" in card["val_split_note"]
+    text = (tmp_path / "tiny.md").read_text()
+    line = next(line for line in text.splitlines() if "measured on this file" in line)
+    assert "on the 12 images of the data's official test split, which its run validated on" in line
+    assert "validation images its run held out" not in text
+    assert "- no unbiased test figure: the run validated on its data's official test split and chose its" in text
+
+    caplog.clear()  # the digits hold out images of their own: no note
+    trainer, _ = _trainer(tmp_path / "digits", max_epochs=1, enable_progress_bar=False)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    assert "fit ended" in caplog.text and "note" not in caplog.text

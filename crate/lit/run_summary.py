@@ -95,6 +95,18 @@ def _baseline_line(last: float, baseline: dict[str, Any], partial: tuple[int, in
     )
 
 
+def _test_split_note(trainer: L.Trainer, name: str) -> list[str]:
+    """A line where the data validates on its official test split (CIFARDataModule): the best checkpoint was chosen
+    on test images, so its figure is no unbiased test figure."""
+    note = getattr(trainer.datamodule, "validates_on_test_split", None)
+    if not note:
+        return []
+    return [
+        f"  note             {name} is read on the data's official test split, so a checkpoint chosen by it has no "
+        f"unbiased test figure: {note}"
+    ]
+
+
 def _relative(path: str | Path | None) -> str:
     if not path:
         return "none"
@@ -255,6 +267,8 @@ class RunSummary(Callback):
             lines.append(f"  {name:<16} last {last:.4f}{best}")
         elif self._best is not None:  # no validation in this session: the best the checkpoint recorded
             lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
+        if last is not None or self._best is not None:
+            lines.extend(_test_split_note(trainer, name))
         baseline = next((c.scores for c in trainer.callbacks if getattr(c, "scores", None) and c is not self), None)
         if baseline is not None and last is not None:
             lines.append(_baseline_line(last, baseline, _partial_validation(trainer)))
@@ -269,7 +283,8 @@ class RunSummary(Callback):
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
         shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if v is not None) or "no metrics"
         folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.log_dir else ""
-        rank_zero_info(f"{stage} of {_weights_evaluated(trainer, pl_module)}: {shown}{folder}")
+        note = _test_split_note(trainer, "val") if stage == "val" else []
+        rank_zero_info("\n".join([f"{stage} of {_weights_evaluated(trainer, pl_module)}: {shown}{folder}", *note]))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """After Lightning's own results table (validate, test)."""

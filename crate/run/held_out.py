@@ -35,6 +35,7 @@ __all__ = [
     "model_in_chans",
     "resolve_data",
     "shown_classes",
+    "validation_split_note",
 ]
 
 DIGITS = "crate.lit.DigitsDataModule"
@@ -65,6 +66,17 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
         return parser.instantiate_classes(config).data
     except ValueError as err:  # the DataModule's own refusal, not jsonargparse's wrapping of it
         raise innermost_refusal(err, final=(CheckpointError,)) from err
+
+
+def validation_split_note(config: dict[str, Any]) -> str | None:
+    """Why the data config's validation split is the data's official test split (its DataModule's
+    ``validates_on_test_split``: CIFAR through torchvision), or None where it holds images of its own."""
+    module_name, _, class_name = str(config.get("class_path", "")).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return getattr(cls, "validates_on_test_split", None)
 
 
 def model_in_chans(model: torch.nn.Module) -> int:

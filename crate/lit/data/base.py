@@ -36,6 +36,9 @@ class ImageDataModule(L.LightningDataModule):
     """
 
     has_test_split_note = "it has a train and a validation split only"
+    # where the validation split is the data's official test split (no other held-out images exist), why: the
+    # run summary and the export card say so, since a checkpoint chosen on it has no unbiased test figure
+    validates_on_test_split: str | None = None
 
     def __init__(
         self,

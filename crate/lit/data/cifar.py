@@ -44,6 +44,11 @@ class CIFARDataModule(StoredImageDataModule):
         fixed_eval_shape: pad the last evaluation batch to ``batch_size`` (one shape for CUDA graphs).
     """
 
+    validates_on_test_split = (
+        "torchvision's CIFAR files hold a training and a test split only; for CIFAR-10, make cifar10-data writes "
+        "an image folder with a val split of its own, which configs/cifar10.yaml reads"
+    )
+
     def __init__(
         self,
         root: str = "data",
