@@ -42,8 +42,7 @@ from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, file_sha256, read_checkpoint
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
-from crate.run import Run, build_model, held_out_accuracy, held_out_set
-from crate.run.held_out import NoDataFolder, validation_split_note
+from crate.run import NoDataFolder, Run, build_model, held_out_accuracy, held_out_set, validation_split_note
 from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]

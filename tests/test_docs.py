@@ -116,6 +116,64 @@ def test_every_tutorial_command_names_what_exists_and_parses(tmp_path: Path, cap
     assert seen == ["make", "train.py", "crate.export", "crate.interpret", "crate.interpret"]
 
 
+def test_every_command_of_the_other_docs_pages_names_what_exists_and_parses(tmp_path: Path, capsys) -> None:
+    """The bash blocks of every docs page (the tutorial's are checked in order above): make targets and scripts
+    exist, each train.py / pretrain.py line (under torchrun too) passes LightningCLI's parser with its
+    placeholders given real values, and every flag a crate.export / crate.interpret / crate.results line passes is
+    one its program lists in --help. A page that keeps a command after its flag or config was renamed fails."""
+    from conftest import run_in_process
+
+    import crate.export
+    import crate.interpret.__main__
+    import crate.results
+
+    programs = {
+        "crate.export": crate.export.main,
+        "crate.interpret": crate.interpret.__main__.main,
+        "crate.results": crate.results.main,
+    }
+    makefile = (REPO / "Makefile").read_text()
+    folder = str(tmp_path)
+    fills = {"DIR": folder, "/data/imagenet": folder, "/path/to/imagenet": folder, "PATH.ckpt": folder + "/x.ckpt"}
+    checked: dict[str, int] = {}
+    for page in sorted((REPO / "docs").glob("*.md")):
+        if page.name == "tutorial.md":
+            continue
+        variables: dict[str, str] = {}
+        for command in _bash_lines(page.read_text()):
+            words = shlex.split(command)
+            if len(words) == 1 and re.fullmatch(r"[A-Z_]+=\S+", words[0]):  # CKPT=...: used as $CKPT below
+                name, _, value = words[0].partition("=")
+                variables[name] = value
+                continue
+            words = [variables.get(word[1:], word) if word.startswith("$") else word for word in words]
+            where = f"{page.name}: {command}"
+            if words[0] in ("git", "sbatch"):
+                assert words[0] == "git" or (REPO / words[1]).is_file(), where
+                kind = words[0]
+            elif words[0] == "make":
+                assert re.search(rf"^{words[1]}:", makefile, re.M), where
+                kind = "make"
+            elif program := next((word for word in words if word in ("train.py", "pretrain.py")), None):
+                args = [fills.get(word, word) for word in words[words.index(program) + 1 :]]
+                result = run_in_process(
+                    *args, *(() if "--print_config" in args else ("--print_config",)), program=program
+                )
+                assert result.returncode == 0, (where, result.stderr[-2000:])
+                kind = program
+            else:
+                module = words[words.index("-m") + 1]
+                with pytest.raises(SystemExit) as done:
+                    programs[module](["--help"])
+                assert done.value.code == 0
+                listed = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
+                flags = {word for word in words if re.fullmatch(r"--[a-z][a-z-]*", word)}
+                assert flags <= listed, (where, flags - listed)
+                kind = module
+            checked[kind] = checked.get(kind, 0) + 1
+    assert checked.get("train.py", 0) >= 15 and checked.get("pretrain.py", 0) >= 4 and checked.get("crate.export")
+
+
 def test_the_tutorial_s_python_classifies_a_digit_with_a_digits_file(tmp_path: Path, monkeypatch, capsys) -> None:
     """The tutorial's Python block, run as written on the shipped digits CRATE (the same architecture, 1 channel)
     in place of the reader's export: it prints the label it predicts for the first digit, '0', with its

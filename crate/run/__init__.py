@@ -5,12 +5,14 @@ that a resume or an evaluation gets the data the run was trained on (``resume_ch
 out (``held_out``); and the moving average of its weights (``weight_average``)."""
 
 from .held_out import (
+    NoDataFolder,
     datamodule_from_config,
     describe_data,
     held_out_accuracy,
     held_out_set,
     held_out_topk,
     resolve_data,
+    validation_split_note,
 )
 from .model import build_model
 from .record import PROGRAMS, FileRecord, module_kind, read_record
@@ -21,6 +23,7 @@ __all__ = [
     "PROGRAMS",
     "UNKNOWN_RUN_SETTING",
     "FileRecord",
+    "NoDataFolder",
     "Run",
     "build_model",
     "datamodule_from_config",
@@ -32,5 +35,6 @@ __all__ = [
     "module_kind",
     "read_record",
     "resolve_data",
+    "validation_split_note",
     "weight_average",
 ]
