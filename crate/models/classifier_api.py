@@ -20,6 +20,8 @@ from torch.utils.checkpoint import checkpoint
 
 from crate.layers import SeqPool
 
+from .state_dict_loading import LoadsZooLayouts
+
 __all__ = ["TransformerClassifier", "check_pool", "forget_label_names"]
 
 
@@ -40,7 +42,7 @@ def check_pool(global_pool: str) -> None:
         raise ValueError(f"global_pool must be one of {POOLS} ('seq': sequence pooling), got {global_pool!r}")
 
 
-class TransformerClassifier(nn.Module):
+class TransformerClassifier(LoadsZooLayouts, nn.Module):
     """Base of the zoo's transformer classifiers: the timm API over ``_embed``, ``blocks`` and the hooks.
 
     ``__init__`` sets what timm reads of every classifier (classes, input channels, width, pooling, prefix

@@ -33,7 +33,14 @@ from timm.layers import resample_abs_pos_embed
 from timm.models import adapt_input_conv
 from torch import nn
 
-__all__ = ["CheckpointError", "checkpoint_filter_fn", "detect_layout", "to_zoo_layout", "unwrap_state_dict"]
+__all__ = [
+    "CheckpointError",
+    "checkpoint_filter_fn",
+    "detect_layout",
+    "settings_that_differ",
+    "to_zoo_layout",
+    "unwrap_state_dict",
+]
 
 
 class CheckpointError(ValueError):
@@ -234,7 +241,7 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
             + ([f"missing {missing[:6]}"] if missing else [])
             + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
         )
-        settings = _settings_that_differ(state_dict, own)
+        settings = settings_that_differ(state_dict, own)
         advice = "Was it trained for another architecture or size? Pick the matching model name"
         if settings:  # name the arguments too: a tag built with another depth or pooling than its own
             advice += (
@@ -267,7 +274,7 @@ def _build_settings(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     return settings
 
 
-def _settings_that_differ(state_dict: Mapping[str, torch.Tensor], own: Mapping[str, torch.Tensor]) -> list[str]:
+def settings_that_differ(state_dict: Mapping[str, torch.Tensor], own: Mapping[str, torch.Tensor]) -> list[str]:
     """The build arguments on which the checkpoint and the model differ, as the checkpoint has them
     (e.g. ``depth=4``, ``class_token=False``), for an error that says which argument to change."""
     theirs, ours = _build_settings(state_dict), _build_settings(own)

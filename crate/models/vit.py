@@ -28,11 +28,12 @@ from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .registry import register_model
 from .shipped import cifar10_cfg, digits_cfg
+from .state_dict_loading import LoadsZooLayouts
 
 __all__ = ["TwinAttention", "ViTTwin", "create_vit_twin", "query_subspaces", "trace_vit_block"]
 
 
-class ViTTwin(VisionTransformer):
+class ViTTwin(LoadsZooLayouts, VisionTransformer):
     """timm's VisionTransformer with the zoo's input check in its patch embedding and ``TwinAttention``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,0 +1,88 @@
+"""``model.load_state_dict`` of the zoo's models, as timm's ``create_model(NAME, checkpoint_path=PATH)`` calls it:
+the zoo's layouts load, and weights that do not fit the model as built are refused in one line naming the build
+arguments that differ, never fitted to it (no position embedding resampled, no channels folded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+import crate  # noqa: F401
+from crate.models import CheckpointError
+from crate.models.state_dict_loading import StateDictMismatch
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = REPO / "checkpoints" / "crate_nano_patch4_32.digits.safetensors"
+
+
+def _outputs(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(x)
+
+
+def test_checkpoint_path_loads_a_zoo_file_as_the_tag_does() -> None:
+    x = torch.randn(3, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    loaded = timm.create_model("crate_nano_patch4_32", checkpoint_path=str(DIGITS), in_chans=1, num_classes=10)
+    tag = timm.create_model("crate_nano_patch4_32.digits", pretrained=True)
+    assert torch.equal(_outputs(loaded, x), _outputs(tag, x))
+
+
+def test_a_lightning_checkpoint_gives_its_moving_average_where_the_run_kept_one(tmp_path: Path) -> None:
+    """A train.py checkpoint holds the module's weights under ``model.`` and, with EMA, the average under
+    ``model_ema.module.``: the average is what the run validated and exported, so it is what loads."""
+    torch.manual_seed(0)
+    raw = timm.create_model("crate_nano_patch4_32", in_chans=1, num_classes=10, img_size=16)
+    average = timm.create_model("crate_nano_patch4_32", in_chans=1, num_classes=10, img_size=16)
+    state = {f"model.{k}": v for k, v in raw.state_dict().items()}
+    torch.save({"epoch": 3, "state_dict": state}, tmp_path / "plain.ckpt")
+    state.update({f"model_ema.module.{k}": v for k, v in average.state_dict().items()})
+    torch.save({"epoch": 3, "state_dict": state}, tmp_path / "ema.ckpt")
+    x = torch.randn(2, 1, 16, 16)
+    for name, expected in (("plain", raw), ("ema", average)):
+        model = timm.create_model(
+            "crate_nano_patch4_32",
+            checkpoint_path=str(tmp_path / f"{name}.ckpt"),
+            in_chans=1,
+            num_classes=10,
+            img_size=16,
+        )
+        assert torch.equal(_outputs(model, x), _outputs(expected, x)), name
+
+
+@pytest.mark.parametrize(
+    ("name", "file", "kwargs", "named"),
+    [
+        ("crate_nano_patch4_32", DIGITS, {"in_chans": 1}, "build it with the weights' num_classes=10, or load"),
+        ("crate_nano_patch4_32", DIGITS, {"num_classes": 10}, "build it with the weights' in_chans=1, or load"),
+        ("crate_nano_patch4_32", DIGITS, {"num_classes": 10, "in_chans": 1, "img_size": 48}, "img_size=32, or load"),
+        (
+            "crate_cct4_3x2_32",
+            REPO / "checkpoints" / "crate_cct4_3x2_32.cifar10.safetensors",
+            {"in_chans": 1},
+            "in_chans=3",
+        ),
+        ("crate_nano_patch4_32", REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors", {}, "as built ("),
+    ],
+)
+def test_weights_that_do_not_fit_the_model_as_built_are_refused_with_what_differs(
+    name: str, file: Path, kwargs: dict, named: str
+) -> None:
+    with pytest.raises(StateDictMismatch) as refused:
+        timm.create_model(name, checkpoint_path=str(file), **kwargs)
+    message = str(refused.value)
+    assert "\n" not in message and named in message
+    assert f"timm.create_model({name!r}, pretrained=True, pretrained_cfg_overlay=dict(file=PATH))" in message
+    assert isinstance(refused.value, RuntimeError) and isinstance(refused.value, CheckpointError)  # torch's type too
+
+
+def test_a_non_strict_load_keeps_torch_s_contract() -> None:
+    """``strict=False`` loads what fits and returns the keys that did not, as torch does (timm's head reset)."""
+    weights = timm.create_model("crate_nano_patch4_32.digits", pretrained=True).state_dict()
+    del weights["head.weight"], weights["head.bias"]
+    model = timm.create_model("crate_nano_patch4_32", in_chans=1, num_classes=5)
+    result = model.load_state_dict(weights, strict=False)
+    assert sorted(result.missing_keys) == ["head.bias", "head.weight"] and not result.unexpected_keys
+    assert torch.equal(model.state_dict()["pos_embed"], weights["pos_embed"])
