@@ -86,3 +86,16 @@ def test_a_non_strict_load_keeps_torch_s_contract() -> None:
     result = model.load_state_dict(weights, strict=False)
     assert sorted(result.missing_keys) == ["head.bias", "head.weight"] and not result.unexpected_keys
     assert torch.equal(model.state_dict()["pos_embed"], weights["pos_embed"])
+
+
+def test_the_state_of_a_compiled_or_data_parallel_model_loads() -> None:
+    """``torch.compile`` names its model's weights ``_orig_mod.*`` and DataParallel / DDP ``module.*``: the prefixes
+    are the wrapper's, not the model's, and the weights load into a plain model."""
+    tag = timm.create_model("crate_nano_patch4_32.digits", pretrained=True)
+    x = torch.randn(2, 1, 32, 32)
+    for wrapped in (torch.compile(tag), torch.nn.DataParallel(tag)):
+        state = wrapped.state_dict()
+        assert all(key.startswith(("_orig_mod.", "module.")) for key in state)
+        model = timm.create_model("crate_nano_patch4_32", in_chans=1, num_classes=10)
+        model.load_state_dict(state)
+        assert torch.equal(_outputs(model, x), _outputs(tag, x))

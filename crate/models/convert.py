@@ -13,7 +13,7 @@ Layouts:
   axis), ``transformer.layers.{i}.0.fn.{qkv,to_out.0}``, ``transformer.layers.{i}.1.fn.{D,D1}``, ``mlp_head``.
 - a Lightning checkpoint of :class:`crate.lit.ImageClassifier` (keys under ``model.``);
 - the zoo's own timm layout (state dict or safetensors).
-Weights may sit under ``state_dict`` or ``model`` and keys may carry a ``module.`` prefix.
+Weights may sit under ``state_dict`` or ``model`` and keys may carry a ``module.`` or ``_orig_mod.`` prefix.
 
 Files are read by ``crate.models.checkpoint`` (the one reader); this module only converts what it read.
 The filter also adapts the patch embedding to the model's input channels with timm's ``adapt_input_conv``
@@ -53,14 +53,15 @@ _TRAINING_ONLY = ("criterion", "student.", "student_head.", "teacher_head.")
 
 
 def unwrap_state_dict(state_dict: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """The weights of a loaded file: out of ``state_dict``/``model`` wrappers, without ``module.`` and
-    (for a Lightning module's keys) ``model.`` prefixes, training-only modules left out (a self-distillation
-    run's student and heads: its ``model.`` is the teacher); a Lightning run with a moving average of the
-    weights (``model_ema.module.``) gives the average, which is what its validation measured."""
+    """The weights of a loaded file: out of ``state_dict``/``model`` wrappers, without ``module.``, ``_orig_mod.``
+    (a compiled model's) and (for a Lightning module's keys) ``model.`` prefixes, training-only modules left out
+    (a self-distillation run's student and heads: its ``model.`` is the teacher); a Lightning run with a moving
+    average of the weights (``model_ema.module.``) gives the average, which is what its validation measured."""
     for key in ("state_dict", "model"):
         if key in state_dict and isinstance(state_dict[key], Mapping):
             state_dict = state_dict[key]
-    state_dict = {k[len("module.") :] if k.startswith("module.") else k: v for k, v in state_dict.items()}
+    for prefix in ("module.", "_orig_mod."):  # DataParallel / DDP, and torch.compile's wrapper
+        state_dict = {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
     if any(k.startswith("model_ema.module.") for k in state_dict):
         # a Lightning run with a moving average of the weights: the average is what validation measured
         return {k[len("model_ema.module.") :]: v for k, v in state_dict.items() if k.startswith("model_ema.module.")}
