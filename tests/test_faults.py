@@ -193,7 +193,7 @@ def test_validating_at_another_image_size_is_refused_before_the_run_s_folder_is_
     before = {path: path.stat().st_mtime_ns for path in run_folder.rglob("*")}
     proc = run_in_process("validate", "--config", DEFAULT, "--ckpt_path", str(uninterrupted), "--data.img_size", "32")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "does not fit this run's model" in proc.stderr and "img_size=16" in proc.stderr
+    assert "does not fit this run's model" in proc.stderr and "trained with img_size=16 (this run 32)." in proc.stderr
     assert {path: path.stat().st_mtime_ns for path in run_folder.rglob("*")} == before  # nothing new, nothing changed
 
 

@@ -344,10 +344,15 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             if k in own and tuple(v.shape) != tuple(own[k].shape)
         ]
         if wrong:
+            trained = {key: saved.get(key) for key in ("model_name", "num_classes", "in_chans", "img_size")}
+            differ = [
+                f"{key}={value!r} (this run {self.hparams.get(key)!r})"
+                for key, value in trained.items()
+                if value is not None and value != self.hparams.get(key)
+            ] or [f"{key}={value!r}" for key, value in trained.items()]
             raise CheckpointError(
-                f"the checkpoint does not fit this run's model ({'; '.join(wrong[:3])}). It was trained with "
-                f"model_name={saved.get('model_name')!r}, num_classes={saved.get('num_classes')}, "
-                f"in_chans={saved.get('in_chans')}, img_size={saved.get('img_size')}. Resume it with the same "
-                "model and data, or start a new run that loads its weights through timm "
-                "(pretrained_cfg_overlay with a head reset) to fine-tune on other classes."
+                f"the checkpoint does not fit this run's model ({'; '.join(wrong[:3])}): it was trained with "
+                f"{', '.join(differ)}. Run it with those settings (--model.model_name; the data gives the model "
+                "its classes, --data.in_chans and --data.img_size), or train a new run from its weights with "
+                "--model.pretrained_file to change them."
             )
