@@ -352,3 +352,37 @@ def test_training_batches_are_augmented_for_the_trainer_s_current_epoch(monkeypa
         data.trainer = SimpleNamespace(current_epoch=epoch)
         augmented, _ = data.on_after_batch_transfer(batch, 0)
         assert torch.equal(augmented, expected), epoch
+
+
+def test_class_folders_with_their_images_in_subfolders_are_read_as_torchvision_reads_them(tmp_path: Path) -> None:
+    """torchvision's ImageFolder finds a class's images in its subfolders too (``cat/batch1/*.png``): both image
+    folder modules hold the same files under the same labels, colour images make a colour folder, and a class
+    folder whose subfolders hold no image is still refused as empty (once, it was refused while it had images)."""
+    from torchvision.datasets import ImageFolder
+
+    from crate.lit.data import StoredImageFolderDataModule
+
+    rng = np.random.default_rng(0)
+    for split, per_class in (("train", 3), ("val", 2)):
+        for name in ("cat", "dog"):
+            for batch in ("batch1", "batch2"):
+                folder = tmp_path / "nested" / split / name / batch
+                folder.mkdir(parents=True)
+                for i in range(per_class):
+                    pixels = rng.integers(0, 256, size=(12, 12, 3), dtype=np.uint8)
+                    Image.fromarray(pixels).save(folder / f"{i}.png")
+    root = tmp_path / "nested"
+    expected = ImageFolder(str(root / "val")).samples
+    assert len(expected) == 8
+    folder_module = ImageFolderDataModule(str(root), img_size=12, batch_size=4, num_workers=0)
+    stored = StoredImageFolderDataModule(str(root), img_size=12, batch_size=4)
+    for module in (folder_module, stored):
+        module.setup("fit")
+        assert module.in_chans == 3 and module.classes == ["cat", "dog"]
+    assert [(str(path), label) for path, label in folder_module.val_set.samples] == expected
+    assert [(str(path), label) for path, label in stored.files("val")] == expected
+    assert [int(label) for _, label in folder_module.val_set] == [label for _, label in expected]
+    assert [int(label) for _, label in stored.val_set] == [label for _, label in expected]
+    (root / "train" / "bird" / "batch1").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"class folders without images: .*bird"):
+        ImageFolderDataModule(str(root))

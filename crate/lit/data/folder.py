@@ -4,7 +4,9 @@ optionally, ``root/test/<class>/*``."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import itertools
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -40,11 +42,21 @@ def _class_names(split: Path) -> list[str]:
     return sorted(entry.name for entry in split.iterdir() if entry.is_dir())
 
 
+def _image_files(folder: Path) -> Iterator[Path]:
+    """A class folder's image files, its subfolders' included, as torchvision's ``make_dataset`` finds the files
+    a split holds (links followed), in a sorted walk."""
+    for directory, subfolders, names in os.walk(folder, followlinks=True):
+        subfolders.sort()
+        for name in sorted(names):
+            if name.lower().endswith(IMAGE_SUFFIXES):
+                yield Path(directory) / name
+
+
 def _check_class_folders(split: Path) -> None:
     empty = [
         str(folder)
         for folder in sorted(p for p in split.iterdir() if p.is_dir())
-        if not any(f.suffix.lower() in IMAGE_SUFFIXES for f in folder.iterdir() if f.is_file())
+        if next(_image_files(folder), None) is None
     ]
     if empty:
         raise DataError(
@@ -108,8 +120,7 @@ def _sampled_channels(root: Path, splits: list[str]) -> int:
     """1 when the first images of every class folder are all grayscale, else 3 (headers only are read)."""
     for split in splits:
         for folder in sorted(p for p in (root / split).iterdir() if p.is_dir()):
-            files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
-            for file in files[:CHANNEL_SAMPLE]:
+            for file in itertools.islice(_image_files(folder), CHANNEL_SAMPLE):
                 try:
                     with Image.open(file) as image:
                         if image.mode not in GRAYSCALE_MODES:
@@ -314,7 +325,7 @@ class ImageFolderDataModule(ImageDataModule):
                 str(self.root / split), transform=create_transform(**config), loader=self.loader
             )
             dataset.class_to_idx = class_index  # indices of train/'s classes, even where a split lacks some
-            dataset.samples = [(path, class_index[Path(path).parent.name]) for path, _ in dataset.samples]
+            dataset.samples = [(str(path), label) for path, label in self.layout.samples(split)]
             dataset.targets = [target for _, target in dataset.samples]
             evaluated.append(dataset)
         self.train_set, self.val_set = train, evaluated[0]
