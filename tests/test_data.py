@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -386,3 +387,23 @@ def test_class_folders_with_their_images_in_subfolders_are_read_as_torchvision_r
     (root / "train" / "bird" / "batch1").mkdir(parents=True)
     with pytest.raises(DataError, match=r"class folders without images: .*bird"):
         ImageFolderDataModule(str(root))
+
+
+def test_files_of_a_type_that_is_not_read_are_left_out_with_a_word(tmp_path: Path) -> None:
+    """A GIF or a HEIC photo in a class folder is not read (as in torchvision's ImageFolder): the module says how
+    many files of which types it left out, once; hidden and system files are not counted."""
+    root = write_image_folder(tmp_path / "images", classes=2, per_class=3)
+    for name in ("a.gif", "b.gif", "c.heic"):
+        (root / "train" / "class_0" / name).write_bytes(b"not read")
+    (root / "val" / "class_1" / "d.GIF").write_bytes(b"not read")
+    for name in (".DS_Store", "Thumbs.db"):
+        (root / "train" / "class_1" / name).write_bytes(b"system")
+    with pytest.warns(UserWarning, match=r"left out 4 files of the class folders .*\(\.gif 3, \.heic 1\)") as caught:
+        data = ImageFolderDataModule(str(root), img_size=16, batch_size=2, num_workers=0)
+        data.setup("fit")
+    assert len([w for w in caught if "left out" in str(w.message)]) == 1
+    assert len(data.train_set) == 6 and len(data.val_set) == 6
+    clean = write_image_folder(tmp_path / "clean", classes=2, per_class=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out: no word
+        ImageFolderDataModule(str(clean), img_size=16, batch_size=2, num_workers=0).setup("fit")

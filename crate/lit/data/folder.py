@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -65,6 +66,8 @@ def _check_class_folders(split: Path) -> None:
         )
 
 
+# files an operating system leaves in folders, not a user's data (hidden files, starting with a dot, too)
+_SYSTEM_FILES = frozenset({"Thumbs.db", "desktop.ini"})
 GRAYSCALE_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 CHANNEL_SAMPLE = 8  # images per class folder and split whose mode decides the channel count
 
@@ -192,17 +195,37 @@ class FolderLayout:
 
     @cached_property
     def _listings(self) -> dict[str, list[tuple[Path, int]]]:
-        """Each split's files, listed once (the recipe's survey, the identity, the baseline and stores share it)."""
+        """Each split's files, listed once (the recipe's survey, the identity, the baseline and stores share it).
+        Files of other types in the class folders (a GIF, a HEIC photo) are left out, as torchvision leaves them
+        out, and said so once: a user's images are not dropped without a word."""
         class_index = {name: index for index, name in enumerate(self.classes)}
-        return {
+        others: Counter[str] = Counter()
+
+        def is_image(path: str) -> bool:
+            name = Path(path).name
+            if name.lower().endswith(IMAGE_SUFFIXES):
+                return True
+            if not name.startswith(".") and name not in _SYSTEM_FILES:
+                others[Path(name).suffix.lower() or "(no suffix)"] += 1
+            return False
+
+        listings = {
             split: [
                 (Path(path), label)
                 for path, label in datasets.folder.make_dataset(
-                    str(self.root / split), class_index, extensions=IMAGE_SUFFIXES, allow_empty=True
+                    str(self.root / split), class_index, is_valid_file=is_image, allow_empty=True
                 )
             ]
             for split in self.splits
         }
+        if others:
+            kinds = ", ".join(f"{suffix} {count:,}" for suffix, count in others.most_common())
+            rank_zero_warn(
+                f"{self.root}: left out {sum(others.values()):,} files of the class folders that are not of an image "
+                f"type read here ({kinds}); images among them are used once converted to .png or .jpg "
+                f"(read: {', '.join(IMAGE_SUFFIXES)})"
+            )
+        return listings
 
     def samples(self, split: str) -> list[tuple[Path, int]]:
         """The split's image files, sorted, with the index of their class among train/'s classes."""
