@@ -65,3 +65,28 @@ def test_simdino_without_multi_crop_views_is_refused_in_one_line(tmp_path: Path)
         last.startswith("pretrain.py: error: self-distillation trains on multi-crop views")
         and "Traceback" not in proc.stderr
     )
+
+
+def test_a_config_of_another_objective_without_its_flag_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """A SimDINO config run without --objective (masked autoencoding by default) is refused with the flag it needs,
+    instead of the CLI's 'does not accept option model.head_hidden_dim'; a config of the default objective, and a
+    file the CLI itself must report on, pass through."""
+    import inspect
+
+    import yaml
+
+    simdino = str(REPO / "configs" / "simdino" / "crate_nano_cifar10.yaml")
+    keys = set(yaml.safe_load(Path(simdino).read_text())["model"]) - set(
+        inspect.signature(MaskedAutoencoder).parameters
+    )
+    assert "head_hidden_dim" in keys
+    for argv in (["fit", "--config", simdino], ["fit", f"--config={simdino}", "--trainer.max_epochs", "1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            objective_and_rest(argv)
+        error = capsys.readouterr().err
+        assert exit_info.value.code == 2 and error.count("\n") == 1
+        assert f"model settings ({', '.join(sorted(keys))}) are those of the simdino objective" in error
+        assert error.endswith("add --objective simdino (the default is mae, masked autoencoding)\n")
+    mae = str(REPO / "configs" / "crate_mae_nano_digits.yaml")
+    assert objective_and_rest(["fit", "--config", mae]) == ("mae", ["fit", "--config", mae])
+    assert objective_and_rest(["fit", "--config", "missing.yaml"]) == ("mae", ["fit", "--config", "missing.yaml"])
