@@ -31,6 +31,7 @@ from .built_weights import check_built_head, warn_of_seen_images
 from .checkpoint_folder import SameFolderCheckpoints
 from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
+from .config_program import config_files, program_of_configs
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
@@ -483,7 +484,14 @@ def cli_main(
     except ArgumentError as err:
         problem = parser_problem(str(err))
         sys.stderr.write(f"{program}: error: {problem}\n")
-        sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program)}\n")
+        other = program_of_configs(config_files(sys.argv[1:] if args is None else list(args)), model_class)
+        if other is not None and "accept option" in problem:  # the configs' model settings are another program's
+            sys.stderr.write(
+                f"{program}: the config's model settings ({', '.join(other[1])}) are those of python {other[0]}: "
+                "run it with that command\n"
+            )
+        else:
+            sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program)}\n")
         raise SystemExit(2) from None
     except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
         _remove_if_empty(CrateCLI.run_dir)
