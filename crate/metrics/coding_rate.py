@@ -33,7 +33,35 @@ class _RateMetric(MeanOverSamples):
 
 
 class CodingRate(_RateMetric):
-    """Mean per-sample coding rate R(Z) = 1/2 logdet(I + d/(N eps^2) Z^T Z) of token sets Z (B, N, d)."""
+    """Mean per-sample coding rate of token sets: how many nats their tokens take to code up to distortion eps.
+
+        R(Z) = 1/2 logdet(I + alpha Z^T Z),  alpha = d / (N eps^2)
+
+    for one sample's N tokens of dimension d (``convention="official"``: the CRATE measurement's alpha and unit
+    tokens, see :mod:`crate.metrics.functional`). The mean is over every sample seen, in every process.
+
+    As input to ``forward`` and ``update`` the metric accepts the following input:
+
+    - ``Z`` (tensor): token sets of shape (B, N, d), or one set (N, d)
+
+    As output of ``forward`` and ``compute`` the metric returns the following output:
+
+    - ``coding_rate`` (tensor): the mean R over the samples, float64
+
+    Args:
+        eps: the distortion.
+        convention: ``"paper"`` or ``"official"``.
+        kwargs: torchmetrics' ``Metric`` arguments.
+
+    Example:
+        Two orthonormal tokens in 2 dimensions: alpha = 2 / (2 * 0.25) = 4, so R = 1/2 logdet(5 I) = log 5:
+
+        >>> import torch
+        >>> from crate.metrics import CodingRate
+        >>> metric = CodingRate(eps=0.5)
+        >>> metric(torch.eye(2).unsqueeze(0))
+        tensor(1.6094, dtype=torch.float64)
+    """
 
     higher_is_better = True
 
@@ -42,7 +70,36 @@ class CodingRate(_RateMetric):
 
 
 class CompressionRate(_RateMetric):
-    """Mean per-sample compression term R^c(Z | U_[K]) = sum_k R(Z U_k); ``update(Z, U)`` with U (K, d, p)."""
+    """Mean per-sample compression term: the coding rate of the tokens within each of K subspaces, summed.
+
+        R^c(Z | U_[K]) = sum over k of R(Z U_k)
+
+    with each R(Z U_k) taken at the subspace's dimension p in place of d (MSSA's step descends it).
+
+    As input to ``forward`` and ``update`` the metric accepts the following input:
+
+    - ``Z`` (tensor): token sets of shape (B, N, d), or one set (N, d)
+    - ``U`` (tensor): the subspaces U_[K], shape (K, d, p)
+
+    As output of ``forward`` and ``compute`` the metric returns the following output:
+
+    - ``compression_rate`` (tensor): the mean R^c over the samples, float64
+
+    Args:
+        eps: the distortion.
+        convention: ``"paper"`` or ``"official"``.
+        kwargs: torchmetrics' ``Metric`` arguments.
+
+    Example:
+        Two orthonormal tokens against the two coordinate axes: each axis holds one token, R(Z U_k) = 1/2 log(1 +
+        1 / (2 * 0.25)) = 1/2 log 3, and the two sum to log 3:
+
+        >>> import torch
+        >>> from crate.metrics import CompressionRate
+        >>> metric = CompressionRate(eps=0.5)
+        >>> metric(torch.eye(2).unsqueeze(0), torch.eye(2).reshape(2, 2, 1))
+        tensor(1.0986, dtype=torch.float64)
+    """
 
     higher_is_better = False
 
@@ -51,7 +108,26 @@ class CompressionRate(_RateMetric):
 
 
 class Sparsity(MeanOverSamples):
-    """Mean per-sample fraction of exact zeros of Z (B, N, d)."""
+    """Mean per-sample fraction of exact zeros of the tokens: what the ISTA step makes sparse.
+
+    As input to ``forward`` and ``update`` the metric accepts the following input:
+
+    - ``Z`` (tensor): token sets of shape (B, N, d), or one set (N, d)
+
+    As output of ``forward`` and ``compute`` the metric returns the following output:
+
+    - ``sparsity`` (tensor): the mean fraction of zeros over the samples, float64
+
+    Args:
+        kwargs: torchmetrics' ``Metric`` arguments.
+
+    Example:
+        >>> import torch
+        >>> from crate.metrics import Sparsity
+        >>> metric = Sparsity()
+        >>> metric(torch.tensor([[[0.0, 1.0], [0.0, 0.0]]]))
+        tensor(0.7500, dtype=torch.float64)
+    """
 
     higher_is_better = True
     plot_lower_bound = 0.0
@@ -62,7 +138,34 @@ class Sparsity(MeanOverSamples):
 
 
 class SparseRateReduction(_RateMetric):
-    """Mean per-sample R(Z) - R^c(Z | U_[K]) - lam ||Z||_1 / N; ``update(Z, U)``."""
+    """Mean per-sample sparse rate reduction, the objective CRATE's layers are steps of.
+
+        R(Z) - R^c(Z | U_[K]) - lam ||Z||_1 / N
+
+    As input to ``forward`` and ``update`` the metric accepts the following input:
+
+    - ``Z`` (tensor): token sets of shape (B, N, d), or one set (N, d)
+    - ``U`` (tensor): the subspaces U_[K], shape (K, d, p)
+
+    As output of ``forward`` and ``compute`` the metric returns the following output:
+
+    - ``sparse_rate_reduction`` (tensor): the mean objective over the samples, float64
+
+    Args:
+        eps: the distortion.
+        lam: the weight of the sparsity term.
+        convention: ``"paper"`` or ``"official"``.
+        kwargs: torchmetrics' ``Metric`` arguments.
+
+    Example:
+        The tokens and subspaces of the other examples: log 5 - log 3 - 0.1 * 2 / 2:
+
+        >>> import torch
+        >>> from crate.metrics import SparseRateReduction
+        >>> metric = SparseRateReduction(eps=0.5, lam=0.1)
+        >>> metric(torch.eye(2).unsqueeze(0), torch.eye(2).reshape(2, 2, 1))
+        tensor(0.4108, dtype=torch.float64)
+    """
 
     higher_is_better = True
     plot_lower_bound = None
