@@ -577,3 +577,20 @@ def test_a_gpu_window_layer_sets_what_it_names_and_keeps_the_rest(layer: Path, t
     for key, value in _leaves(without.as_dict()).items():
         if key not in written and key not in ("config", "log_root"):  # the files given, and where logs go
             assert layered.get(key) == value, key
+
+
+def test_a_path_setting_that_starts_with_a_tilde_is_in_the_home_folder(tmp_path: Path, monkeypatch) -> None:
+    """``--data.root=~/images`` and ``--log_root=~/runs`` (no shell expands a ~ after '=', nor in a YAML config)
+    name folders in the home folder, as the same words with a space would, not a folder named '~' here."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    write_image_folder(home / "images", classes=2, per_class=2)
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    proc = run_in_process(
+        "fit", "--config", str(REPO / "configs" / "crate_nano_imagefolder.yaml"), "--data.root=~/images",
+        "--log_root=~/runs", "--data.num_workers", "0", "--trainer.max_epochs", "1", *QUIET,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (home / "runs" / "crate_nano_imagefolder" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert not (work / "~").exists() and list(work.iterdir()) == []

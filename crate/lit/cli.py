@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -146,7 +147,9 @@ class CrateCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
-        take_default_root_dir(self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config)
+        config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
+        expand_home(config)
+        take_default_root_dir(config)
 
     # Lightning 2.6: LightningCLI reads --ckpt_path in this private hook, where it also loads the checkpoint's
     # hyper-parameters over the config's; the override keeps the config's and refuses another model's file
@@ -377,6 +380,28 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
             "unless set (--data.img_size, --data.batch_size, --data.augmentation.*, --data.class_weights, "
             "--trainer.max_epochs)"
         )
+
+
+# the settings that name a file or folder: a leading ~ is the user's home there, as a shell would expand it (it does
+# not after --key=, nor in a YAML config), instead of a folder named "~" in the working folder
+PATH_SETTINGS = (
+    ("log_root",),
+    ("ckpt_path",),
+    ("data", "init_args", "root"),
+    ("model", "pretrained_file"),
+    ("prediction_writer", "output"),
+)
+
+
+def expand_home(config: Any) -> None:
+    """Expand a leading ``~`` in the config's file and folder settings (:data:`PATH_SETTINGS`)."""
+    for keys in PATH_SETTINGS:
+        holder = config
+        for key in keys[:-1]:
+            holder = holder.get(key) if hasattr(holder, "get") else None
+        value = holder.get(keys[-1]) if hasattr(holder, "get") else None
+        if isinstance(value, str) and value.startswith("~"):
+            holder[keys[-1]] = os.path.expanduser(value)
 
 
 def take_default_root_dir(config: Any) -> None:
