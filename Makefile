@@ -49,8 +49,10 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# What the build made: the environments, the package metadata and the docs site. Never the runs under logs/ (their
+# checkpoints may be hours of training) nor the data: delete those by hand.
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) lightning_logs logs *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) *.egg-info site
 
 # The checkpoints that ship in checkpoints/ (pretrained tags <model>.digits): train each on the embedded
 # digits at the 32 pixels their names promise, with the default recipe otherwise (the ViT twins with

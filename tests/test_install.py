@@ -3,9 +3,13 @@ the lock satisfies the ranges the pyproject declares for people who install the 
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -49,3 +53,14 @@ def test_the_lock_satisfies_the_declared_ranges() -> None:
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{text} is declared but requirements.lock does not pin it (run make lock)"
         assert requirement.specifier.contains(pins[name], prereleases=True), f"lock {pins[name]} outside {text}"
+
+
+def test_make_clean_removes_what_the_build_made_and_never_runs_or_data() -> None:
+    """``make clean`` takes the environments, the package metadata and the docs site; a user's runs (logs/, hours of
+    training), data and shipped checkpoints are never among what it deletes (``make -n`` prints without running)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    printed = subprocess.run(["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    removed = {word for line in printed.splitlines() if line.startswith("rm ") for word in shlex.split(line)[2:]}
+    assert ".venv" in removed and "site" in removed
+    assert not removed & {"logs", "lightning_logs", "data", "checkpoints", "results", "docs"}
