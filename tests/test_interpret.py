@@ -491,9 +491,10 @@ def test_an_unknown_model_or_tag_is_one_line_naming_what_exists(
         ("--eps-official", "-1", "-1 is not a precision: give a finite number above 0"),
         ("--eps-paper", "nan", "nan is not a precision: give a finite number above 0"),
         ("--eps-paper", "0", "0 is not a precision: give a finite number above 0"),
-        ("--probe-images", "0", "0 is not a count of images: give 1 or more"),
-        ("--sample-images", "-5", "-5 is not a count of images: give 1 or more"),
-        ("--images", "0", "0 is not a count of images: give 1 or more"),
+        ("--probe-images", "0", "0 is not a count: give 1 or more"),
+        ("--sample-images", "-5", "-5 is not a count: give 1 or more"),
+        ("--images", "0", "0 is not a count: give 1 or more"),
+        ("--count-seeds", "0", "0 is not a count: give 1 or more"),
         ("--images", "two", "'two' is not a whole number"),
     ],
 )

@@ -63,8 +63,8 @@ def _checked(
     return parse
 
 
-# a count of images: a whole number of at least 1
-positive_count = _checked(int, "whole number", lambda n: n >= 1, "a count of images: give 1 or more")
+# a count (of images, of seeds): a whole number of at least 1
+positive_count = _checked(int, "whole number", lambda n: n >= 1, "a count: give 1 or more")
 # a coding-rate precision: a finite number above 0 (eps enters squared, so a negative one would pass for its size)
 positive_eps = _checked(
     float, "number", lambda eps: math.isfinite(eps) and eps > 0, "a precision: give a finite number above 0"
