@@ -403,6 +403,17 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
     assert len(rows) == 4 and all(row["predicted_name"] == f"class_{row['predicted']}" for row in rows)
     # each row's label names the folder its file lies in
     assert all(row["label_name"] == Path(row["file"]).parent.name for row in rows)
+    # the test split's predictions go beside the validation split's, which stay as they were
+    shutil.copytree(tmp_path / "images" / "val", tmp_path / "images" / "test")
+    before = (run / "predictions.csv").read_bytes()
+    proc = run_in_process(
+        "predict", "--config", folder, *data, *QUIET, "--data.predict_split", "test", "--ckpt_path", ckpt
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run / "predictions.csv").read_bytes() == before
+    with (run / "predictions_test.csv").open() as handle:
+        files = [Path(row["file"]) for row in csv.DictReader(handle)]
+    assert sorted(files) == sorted((tmp_path / "images" / "test").glob("*/*.png"))
 
 
 def test_a_prediction_file_under_a_file_is_refused_before_predicting(tmp_path: Path, vit_run: Path) -> None:

@@ -468,7 +468,11 @@ def _remove_if_empty(run_dir: Path | None) -> None:
     folder that held nothing else)."""
     if run_dir is None or not run_dir.is_dir():
         return
-    results = [p for p in run_dir.rglob("*") if p.suffix == ".ckpt" or p.name in ("metrics.csv", "predictions.csv")]
+    results = [
+        p
+        for p in run_dir.rglob("*")
+        if p.suffix == ".ckpt" or p.name == "metrics.csv" or (p.name.startswith("predictions") and p.suffix == ".csv")
+    ]
     if not results:  # only the config, hparams and an events file header
         shutil.rmtree(run_dir, ignore_errors=True)
         if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):

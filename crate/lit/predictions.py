@@ -15,14 +15,16 @@ __all__ = ["PredictionWriter"]
 
 
 class PredictionWriter(BasePredictionWriter):
-    """After ``predict``, write ``predictions.csv`` into the run's folder (or ``output``): one row per image
+    """After ``predict``, write ``predictions.csv`` into the run's folder (``predictions_<split>.csv`` for a
+    ``predict_split`` other than ``val``; or ``output``): one row per image
     with its index in the split, its file (for image folders), its label and the label's name, the predicted
     class, its name and its probability; the class names are those of the data where it has them. On several
     processes each predicts its share of the split; rank zero gathers the shares and writes each row by the
     index of its image, so the file is the one a single process writes.
 
     Args:
-        output: the CSV file to write; default ``<run folder>/predictions.csv``.
+        output: the CSV file to write; default ``<run folder>/predictions.csv`` (``predictions_test.csv`` for the
+            test split).
     """
 
     def __init__(self, output: str | None = None) -> None:
@@ -42,7 +44,7 @@ class PredictionWriter(BasePredictionWriter):
         # the data's classes (train/'s for a folder): a split's own list lacks the classes it has no images of
         names = getattr(trainer.datamodule, "classes", None) or getattr(dataset, "classes", None)
         folder = Path(log_dir) if log_dir else Path.cwd()
-        self.path = Path(self.output) if self.output else folder / "predictions.csv"
+        self.path = Path(self.output) if self.output else folder / default_file(trainer.datamodule)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         confidence, predicted = probabilities.max(dim=-1)
         with self.path.open("w", newline="") as handle:
@@ -63,6 +65,13 @@ class PredictionWriter(BasePredictionWriter):
                     ]
                 )
         print(f"wrote {len(indices)} predictions to {self.path}")
+
+
+def default_file(datamodule: Any) -> str:
+    """``predictions.csv`` for the validation split (the default ``predict_split``), ``predictions_<split>.csv`` for
+    another, so that predicting the test split does not replace the validation split's file."""
+    split = getattr(datamodule, "predict_split", "val")
+    return "predictions.csv" if split == "val" else f"predictions_{split}.csv"
 
 
 def _name(names: Any, index: int | None) -> str:
