@@ -460,15 +460,22 @@ def _write_hub_card(card: dict[str, Any], hub: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n")[0])
-    parser.add_argument("checkpoint", help="a .ckpt written by train.py")
-    parser.add_argument("--out", default=None, help="the .safetensors file to write (card written next to it)")
+    parser.add_argument("checkpoint", type=os.path.expanduser, help="a .ckpt written by train.py")
     parser.add_argument(
-        "--hub-dir", default=None, help="a new folder to write as a hub repository (config.json, weights, README.md)"
+        "--out", default=None, type=os.path.expanduser, help="the .safetensors file to write (card written next to it)"
+    )
+    parser.add_argument(
+        "--hub-dir",
+        default=None,
+        type=os.path.expanduser,
+        help="a new folder to write as a hub repository (config.json, weights, README.md)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file and its card")
     parser.add_argument("--train-command", default="", help="the command that trained the checkpoint, for the card")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="storage type of the weights")
-    parser.add_argument("--data-root", default=None, help="where the run's data lies now, if it moved")
+    parser.add_argument(
+        "--data-root", default=None, type=os.path.expanduser, help="where the run's data lies now, if it moved"
+    )
     parser.add_argument(
         "--no-accuracy", action="store_true", help="do not measure the accuracy (the card then states none)"
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -186,7 +187,9 @@ def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="crate-results", description=__doc__.split("\n")[0])
-    parser.add_argument("--out-dir", default="results", help="where results-<dataset>.csv are written")
+    parser.add_argument(
+        "--out-dir", default="results", type=os.path.expanduser, help="where results-<dataset>.csv are written"
+    )
     parser.add_argument(
         "--tags", nargs="*", help="tags to evaluate (default: every shipped tag); their rows replace theirs in the CSV"
     )
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--data-root",
         default=None,
+        type=os.path.expanduser,
         help="where the tags' image folder lies now, if it moved (a tag trained on other data is skipped)",
     )
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")

@@ -605,3 +605,8 @@ def test_a_path_setting_that_starts_with_a_tilde_is_in_the_home_folder(tmp_path:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (home / "runs" / "crate_nano_imagefolder" / "version_0" / "checkpoints" / "last.ckpt").is_file()
     assert not (work / "~").exists() and list(work.iterdir()) == []
+    # the package's own commands and data modules read a ~ the same way
+    export_main(["~/runs/crate_nano_imagefolder/version_0/checkpoints/last.ckpt", "--out=~/mine.safetensors"])
+    assert (home / "mine.safetensors").is_file() and (home / "mine.md").is_file()
+    assert ImageFolderDataModule("~/images").root == home / "images"
+    assert list(work.iterdir()) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -111,13 +112,20 @@ def main(argv: list[str] | None = None) -> None:
         help="timm model name, a pretrained tag (NAME.digits), or a hub folder or repository "
         "(local-dir:DIR, hf-hub:ORG/NAME) with its weights",
     )
-    parser.add_argument("--checkpoint", default=None, help="checkpoint file (official, Lightning, timm, safetensors)")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        type=os.path.expanduser,
+        help="checkpoint file (official, Lightning, timm, safetensors)",
+    )
     parser.add_argument(
         "--data",
         default=None,
         help="'digits' or a train.py YAML config (its data section); default: the data the checkpoint's run held out",
     )
-    parser.add_argument("--out", required=True, help="output folder for metrics.json, PNGs and report.md")
+    parser.add_argument(
+        "--out", required=True, type=os.path.expanduser, help="output folder for metrics.json, PNGs and report.md"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier report in --out")
     parser.add_argument(
         "--compare",
@@ -126,7 +134,12 @@ def main(argv: list[str] | None = None) -> None:
         metavar=("MODEL", "CHECKPOINT"),
         help="another model to compare (CHECKPOINT '-' for a pretrained tag); repeat for more",
     )
-    parser.add_argument("--masks", default=None, help="folder of foreground masks mirroring the data's val/ folder")
+    parser.add_argument(
+        "--masks",
+        default=None,
+        type=os.path.expanduser,
+        help="folder of foreground masks mirroring the data's val/ folder",
+    )
     parser.add_argument("--eps-official", type=positive_eps, default=0.01, help="eps of the official convention")
     parser.add_argument("--eps-paper", type=positive_eps, default=0.5, help="eps of the paper convention")
     parser.add_argument(

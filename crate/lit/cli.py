@@ -382,12 +382,12 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
         )
 
 
-# the settings that name a file or folder: a leading ~ is the user's home there, as a shell would expand it (it does
-# not after --key=, nor in a YAML config), instead of a folder named "~" in the working folder
+# the run's own file and folder settings: a leading ~ is the user's home there, as a shell would expand it (it does
+# not after --key=, nor in a YAML config), instead of a folder named "~" in the working folder (a data module
+# expands its own root, wherever it is built)
 PATH_SETTINGS = (
     ("log_root",),
     ("ckpt_path",),
-    ("data", "init_args", "root"),
     ("model", "pretrained_file"),
     ("prediction_writer", "output"),
 )

@@ -79,7 +79,7 @@ class CIFARDataModule(StoredImageDataModule):
         )
         if dataset not in _CIFAR:
             raise ValueError(f"dataset must be one of {sorted(_CIFAR)}, got {dataset!r}")
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.dataset = dataset
         self.download = download
 

@@ -273,7 +273,7 @@ class ImageFolderDataModule(ImageDataModule):
     ) -> None:
         if decode not in ("cpu", "device"):
             raise ValueError(f"decode must be 'cpu' (PIL in the loader's workers) or 'device', got {decode!r}")
-        layout = FolderLayout.read(Path(root), in_chans)
+        layout = FolderLayout.read(Path(root).expanduser(), in_chans)
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
         if None in chosen or "auto" in chosen:  # what is left open is chosen from the folder
@@ -300,7 +300,7 @@ class ImageFolderDataModule(ImageDataModule):
         self._class_weights = self.recipe.class_weights if class_weights == "auto" else class_weights
         if self._class_weights is not None and len(self._class_weights) != len(layout.classes):
             raise ValueError(f"class_weights has {len(self._class_weights)} weights for {len(layout.classes)} classes")
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.layout = layout
         self.classes, self.splits, self._in_chans = self.layout.classes, self.layout.splits, self.layout.in_chans
         self.loader = self.layout.loader

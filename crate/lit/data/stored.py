@@ -223,7 +223,7 @@ class StoredImageFolderDataModule(StoredImageDataModule):
             mixing,
             fixed_eval_shape,
         )
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.layout = FolderLayout.read(self.root, in_chans)
         self.classes = self.layout.classes
         self.store_dir = Path(store_dir) if store_dir is not None else self.root / ".tensor_store"
