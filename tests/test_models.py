@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import timm
@@ -102,6 +103,23 @@ def test_unknown_model_name_gets_a_clear_error() -> None:
     for hub in ("local-dir:/runs/hub", "hf-hub:org/name", "hf_hub:org/name"):  # timm reads the last as the second
         with pytest.raises(ValueError, match=r"names a hub folder or repository, not an architecture: give the"):
             create_classifier(hub, num_classes=10)
+
+
+def test_a_hub_folder_given_as_a_model_name_is_answered_with_what_it_holds(tmp_path: Path) -> None:
+    """A folder crate.export --hub-dir wrote, given where an architecture belongs: the error names the architecture
+    its config.json gives and its weights file, the two things to give instead."""
+    import json
+    import shutil
+
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "crate_nano_patch4_32.digits.safetensors"
+    shutil.copy(shipped, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "crate_nano_patch4_32", "num_classes": 10}))
+    with pytest.raises(ValueError) as refused:
+        create_classifier(f"local-dir:{tmp_path}", num_classes=10)
+    assert str(refused.value) == (
+        f"local-dir:{tmp_path} names a hub folder or repository, not an architecture: give its architecture, "
+        f"crate_nano_patch4_32, as the model, and its weights, {tmp_path / 'model.safetensors'}, as the file to load"
+    )
 
 
 def test_factory_builds_timm_models_without_img_size() -> None:

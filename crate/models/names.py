@@ -6,7 +6,8 @@ import difflib
 
 import timm
 
-from .hub import is_hub_name
+from .convert import CheckpointError
+from .hub import hub_weights, is_hub_name
 
 __all__ = ["check_model_name", "pretrained_tags"]
 
@@ -22,9 +23,15 @@ def check_model_name(name: str, pretrained: bool = False, files_too: bool = True
     ``pretrained``, when it names an architecture without weights of its own (its tags, or none).
     ``files_too``: the caller also takes a checkpoint file, and the message offers one."""
     if is_hub_name(name):  # timm's own create_model reads these; the zoo's tools take model and file apart
+        named = "the architecture its config.json names as the model, and its weights file (model.safetensors)"
+        if name.startswith("local-dir:"):  # a folder here: read what it holds (a repository would need the network)
+            try:
+                architecture, weights = hub_weights(name)
+                named = f"its architecture, {architecture}, as the model, and its weights, {weights},"
+            except (OSError, CheckpointError):
+                pass
         raise ValueError(
-            f"{name} names a hub folder or repository, not an architecture: give the architecture its config.json "
-            "names as the model, and its weights file (model.safetensors) as the file to load"
+            f"{name} names a hub folder or repository, not an architecture: give {named} as the file to load"
         )
     arch, _, tag = name.partition(".")
     if not timm.is_model(arch):
