@@ -610,3 +610,21 @@ def test_a_path_setting_that_starts_with_a_tilde_is_in_the_home_folder(tmp_path:
     assert (home / "mine.safetensors").is_file() and (home / "mine.md").is_file()
     assert ImageFolderDataModule("~/images").root == home / "images"
     assert list(work.iterdir()) == []
+
+
+def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
+    """The Trainer reads an int limit as a number of batches and 1.0 as all of them; LightningCLI parses '1' as 1.0,
+    so '--trainer.limit_train_batches 1' trained a whole epoch. A whole number, on the command line or in a YAML
+    config, is now that many batches, and '1.0' still all of them."""
+    import yaml
+
+    from crate.lit import cli_main
+
+    layer = tmp_path / "limits.yaml"
+    layer.write_text(yaml.safe_dump({"trainer": {"limit_val_batches": 1}}))
+    common = ["fit", "--config", DEFAULT, "--trainer.max_epochs", "1", "--log_root", str(tmp_path), *QUIET]
+    one = cli_main([*common, "--config", str(layer), "--trainer.limit_train_batches=1", "--run_name", "one"])
+    assert one.trainer.num_training_batches == 1 and one.trainer.num_val_batches == [1]
+    assert one.trainer.global_step == 1
+    every = cli_main([*common, "--trainer.limit_train_batches", "1.0", "--run_name", "all"])
+    assert every.trainer.num_training_batches == 23 and every.trainer.num_val_batches == [6]  # 1,437 and 360 images

@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 import timm
 import torch
+import yaml
 from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -149,6 +150,8 @@ class CrateCLI(LightningCLI):
         super().parse_arguments(parser, args)
         config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
         expand_home(config)
+        argv = sys.argv[1:] if args is None else args if isinstance(args, list) else []
+        self.batch_counts = whole_batch_counts(config, argv)
         take_default_root_dir(config)
 
     # Lightning 2.6: LightningCLI reads --ckpt_path in this private hook, where it also loads the checkpoint's
@@ -240,6 +243,8 @@ class CrateCLI(LightningCLI):
             refuse_misfit({f"model.{k}": v for k, v in held.state_dict.items()}, held.hparams)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        for key, count in getattr(self, "batch_counts", {}).items():
+            kwargs.setdefault(key, count)  # a whole number of batches, not the share 1.0 the parse made of it
         trainer_config = self._get(self.config_init, "trainer", default={})
         recipe = getattr(self.datamodule, "recipe", None)
         if (
@@ -402,6 +407,30 @@ def expand_home(config: Any) -> None:
         value = holder.get(keys[-1]) if hasattr(holder, "get") else None
         if isinstance(value, str) and value.startswith("~"):
             holder[keys[-1]] = os.path.expanduser(value)
+
+
+# the Trainer's batch limits: an int is a number of batches, a float a share of them (1.0: all)
+BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+
+
+def whole_batch_counts(config: Any, argv: list[str]) -> dict[str, int]:
+    """The batch limits given as whole numbers, on the command line or in a YAML config, as the ints the Trainer is
+    to take: ``--trainer.limit_val_batches 1`` is one batch, as the Trainer documents an int, where LightningCLI
+    parses the 1 as 1.0, which the Trainer reads as all of them. A limit written with a point (``1.0``) stays a
+    share."""
+    given: dict[str, str] = {}
+    for file in config_files(argv):  # the command line's later values win, as in the parse
+        try:
+            trainer = (yaml.safe_load(Path(file).read_text()) or {}).get("trainer") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        given.update({key: str(trainer[key]) for key in BATCH_LIMITS if isinstance(trainer, dict) and key in trainer})
+    for index, arg in enumerate(argv):
+        key, equals, value = arg.removeprefix("--trainer.").partition("=")
+        if arg.startswith("--trainer.") and key in BATCH_LIMITS:
+            given[key] = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+    trainer = config.get("trainer") or {}
+    return {key: int(text) for key, text in given.items() if text.isdigit() and trainer.get(key) == int(text)}
 
 
 def take_default_root_dir(config: Any) -> None:
