@@ -14,7 +14,6 @@ from typing import Any
 import lightning as L
 import timm
 import torch
-import yaml
 from jsonargparse import ArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -33,7 +32,7 @@ from .built_weights import check_built_head, warn_of_seen_images
 from .checkpoint_folder import SameFolderCheckpoints
 from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
-from .config_program import config_files, program_of_configs
+from .config_program import config_files, config_section, program_of_configs
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
@@ -420,11 +419,8 @@ def whole_batch_counts(config: Any, argv: list[str]) -> dict[str, int]:
     share."""
     given: dict[str, str] = {}
     for file in config_files(argv):  # the command line's later values win, as in the parse
-        try:
-            trainer = (yaml.safe_load(Path(file).read_text()) or {}).get("trainer") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
-            continue
-        given.update({key: str(trainer[key]) for key in BATCH_LIMITS if isinstance(trainer, dict) and key in trainer})
+        trainer = config_section(file, "trainer")
+        given.update({key: str(trainer[key]) for key in BATCH_LIMITS if key in trainer})
     for index, arg in enumerate(argv):
         key, equals, value = arg.removeprefix("--trainer.").partition("=")
         if arg.startswith("--trainer.") and key in BATCH_LIMITS:

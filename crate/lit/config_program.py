@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import yaml
@@ -16,7 +17,7 @@ from .masked_pretraining import MaskedAutoencoder
 from .module import ImageClassifier
 from .self_distillation import SelfDistillation
 
-__all__ = ["config_files", "program_of_configs"]
+__all__ = ["config_files", "config_section", "program_of_configs"]
 
 MODULES: tuple[type[L.LightningModule], ...] = (ImageClassifier, MaskedAutoencoder, SelfDistillation)
 
@@ -27,13 +28,18 @@ def config_files(argv: list[str]) -> list[str]:
     return files + [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
 
 
-def _model_keys(config: str) -> set[str]:
-    """The keys of a YAML config's ``model`` section (none where the file cannot be read: the CLI says why)."""
+def config_section(config: str, section: str) -> dict[str, Any]:
+    """A YAML config's section (``model``, ``trainer``), as written; empty where the file cannot be read (the CLI
+    says why) or has none."""
     try:
-        model = (yaml.safe_load(Path(config).read_text()) or {}).get("model")
+        found = (yaml.safe_load(Path(config).read_text()) or {}).get(section)
     except (OSError, yaml.YAMLError, AttributeError):
-        return set()
-    return set(model) if isinstance(model, dict) else set()
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _model_keys(config: str) -> set[str]:
+    return set(config_section(config, "model"))
 
 
 def _settings(module: type[L.LightningModule]) -> set[str]:

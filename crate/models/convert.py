@@ -37,6 +37,7 @@ __all__ = [
     "CheckpointError",
     "checkpoint_filter_fn",
     "detect_layout",
+    "differences",
     "settings_that_differ",
     "to_zoo_layout",
     "unwrap_state_dict",
@@ -229,19 +230,8 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
                 f"num_classes={ours}. Build it with num_classes={theirs}, or reset the head: pass "
                 f"pretrained_cfg_overlay=dict(file=..., num_classes={theirs}) with num_classes={ours}."
             )
-    wrong = [
-        f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}"
-        for k, v in state_dict.items()
-        if k in own and not k.startswith("head.") and tuple(v.shape) != tuple(own[k].shape)
-    ]
-    missing = sorted(k for k in own if k not in state_dict and not k.startswith("head."))
-    unexpected = sorted(k for k in state_dict if k not in own and not k.startswith("head."))
-    if wrong or missing or unexpected:
-        detail = "; ".join(
-            wrong[:4]
-            + ([f"missing {missing[:6]}"] if missing else [])
-            + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
-        )
+    detail = differences(state_dict, own, skip="head.")
+    if detail:
         settings = settings_that_differ(state_dict, own)
         advice = "Was it trained for another architecture or size? Pick the matching model name"
         if settings:  # name the arguments too: a tag built with another depth or pooling than its own
@@ -254,6 +244,25 @@ def _check_fits(state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> Non
             f"the checkpoint does not fit {type(model).__name__} "
             f"({getattr(model, 'pretrained_cfg', {}).get('architecture', '?')}): {detail}. {advice}"
         )
+
+
+def differences(state_dict: Mapping[str, Any], own: Mapping[str, torch.Tensor], skip: str | None = None) -> str:
+    """Where a zoo-layout state dict is not ``own`` (a model's state): the tensors of other shapes, the missing
+    and the extra keys, in one line; empty where none. Keys under ``skip`` (a prefix) are left out."""
+    kept = {k: v for k, v in state_dict.items() if not (skip and k.startswith(skip))}
+    own = {k: v for k, v in own.items() if not (skip and k.startswith(skip))}
+    wrong = [
+        f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}"
+        for k, v in kept.items()
+        if k in own and torch.is_tensor(v) and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    missing = sorted(k for k in own if k not in kept)
+    unexpected = sorted(k for k in kept if k not in own)
+    return "; ".join(
+        wrong[:4]
+        + ([f"missing {missing[:6]}"] if missing else [])
+        + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
+    )
 
 
 def _build_settings(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .convert import CheckpointError, settings_that_differ, to_zoo_layout
+from .convert import CheckpointError, differences, settings_that_differ, to_zoo_layout
 
 __all__ = ["LoadsZooLayouts", "StateDictMismatch", "check_state_dict_fits"]
 
@@ -30,20 +30,9 @@ def check_state_dict_fits(state_dict: Mapping[str, torch.Tensor], model: torch.n
     """Raise :class:`StateDictMismatch` where ``state_dict`` (the zoo's layout) is not, key for key and shape for
     shape, the state of ``model``."""
     own = model.state_dict()
-    wrong = [
-        f"{key}: weights {tuple(value.shape)}, model {tuple(own[key].shape)}"
-        for key, value in state_dict.items()
-        if key in own and torch.is_tensor(value) and tuple(value.shape) != tuple(own[key].shape)
-    ]
-    missing = sorted(key for key in own if key not in state_dict)
-    unexpected = sorted(key for key in state_dict if key not in own)
-    if not (wrong or missing or unexpected):
+    detail = differences(state_dict, own)
+    if not detail:
         return
-    detail = "; ".join(
-        wrong[:4]
-        + ([f"missing {missing[:6]}"] if missing else [])
-        + ([f"not in the model {unexpected[:6]}"] if unexpected else [])
-    )
     settings = settings_that_differ(state_dict, own)
     head, built = state_dict.get("head.weight"), own.get("head.weight")
     if torch.is_tensor(head) and built is not None and head.shape[0] != built.shape[0]:

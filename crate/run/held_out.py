@@ -49,11 +49,7 @@ _DIGITS_SETTINGS |= {"augmentation", "seed", "predict_split"}
 def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels: int) -> Any:
     """The DataModule a train.py config describes, parsed and type-checked as train.py does (jsonargparse),
     reading images with the model's channel count where the DataModule lets it be chosen."""
-    module_name, _, class_name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"data.class_path {class_path} cannot be imported: {err}") from err
+    cls = _data_class(class_path)
     if "in_chans" in inspect.signature(cls).parameters:
         init_args = dict(init_args, in_chans=channels)
     parser = ArgumentParser(exit_on_error=False)
@@ -61,22 +57,29 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
     try:
         config = parser.parse_object({"data": {"class_path": class_path, "init_args": init_args}})
     except ArgumentError as err:
-        raise ValueError(f"{class_name} does not take these settings: {err}") from err
+        raise ValueError(f"{cls.__name__} does not take these settings: {err}") from err
     try:
         return parser.instantiate_classes(config).data
     except ValueError as err:  # the DataModule's own refusal, not jsonargparse's wrapping of it
         raise innermost_refusal(err, final=(CheckpointError,)) from err
 
 
+def _data_class(class_path: str) -> type:
+    """The DataModule class a config's ``class_path`` names; a ValueError where it cannot be imported."""
+    module_name, _, class_name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"data.class_path {class_path} cannot be imported: {err}") from err
+
+
 def validation_split_note(config: dict[str, Any]) -> str | None:
     """Why the data config's validation split is the data's official test split (its DataModule's
     ``validates_on_test_split``: CIFAR through torchvision), or None where it holds images of its own."""
-    module_name, _, class_name = str(config.get("class_path", "")).rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError):
+        return getattr(_data_class(str(config.get("class_path", ""))), "validates_on_test_split", None)
+    except ValueError:  # a class that cannot be imported is refused where the data is read
         return None
-    return getattr(cls, "validates_on_test_split", None)
 
 
 def model_in_chans(model: torch.nn.Module) -> int:
