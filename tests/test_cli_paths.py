@@ -615,7 +615,8 @@ def test_a_path_setting_that_starts_with_a_tilde_is_in_the_home_folder(tmp_path:
 def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
     """The Trainer reads an int limit as a number of batches and 1.0 as all of them; LightningCLI parses '1' as 1.0,
     so '--trainer.limit_train_batches 1' trained a whole epoch. A whole number, on the command line or in a YAML
-    config, is now that many batches, and '1.0' still all of them."""
+    config, is now that many batches, and '1.0' still all of them. The run's saved config.yaml says so too: given
+    back as the config of a new run, it trains as many batches as the run it came from."""
     import yaml
 
     from crate.lit import cli_main
@@ -628,3 +629,11 @@ def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
     assert one.trainer.global_step == 1
     every = cli_main([*common, "--trainer.limit_train_batches", "1.0", "--run_name", "all"])
     assert every.trainer.num_training_batches == 23 and every.trainer.num_val_batches == [6]  # 1,437 and 360 images
+    saved = yaml.safe_load((tmp_path / "one" / "version_0" / "config.yaml").read_text())["trainer"]
+    assert (saved["limit_train_batches"], saved["limit_val_batches"]) == (1, 1)
+    assert (
+        yaml.safe_load((tmp_path / "all" / "version_0" / "config.yaml").read_text())["trainer"]["limit_train_batches"]
+        == 1.0
+    )
+    again = cli_main(["fit", "--config", str(tmp_path / "one" / "version_0" / "config.yaml"), "--run_name", "again"])
+    assert again.trainer.num_training_batches == 1 and again.trainer.num_val_batches == [1]

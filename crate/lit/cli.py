@@ -28,11 +28,12 @@ from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
+from .batch_limits import WholeBatchCountsConfig, whole_batch_counts
 from .built_weights import check_built_head, warn_of_seen_images
 from .checkpoint_folder import SameFolderCheckpoints
 from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
-from .config_program import config_files, config_section, program_of_configs
+from .config_program import config_files, program_of_configs
 from .cpu_precision import warn_if_slow_bf16
 from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
@@ -408,27 +409,6 @@ def expand_home(config: Any) -> None:
             holder[keys[-1]] = os.path.expanduser(value)
 
 
-# the Trainer's batch limits: an int is a number of batches, a float a share of them (1.0: all)
-BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
-
-
-def whole_batch_counts(config: Any, argv: list[str]) -> dict[str, int]:
-    """The batch limits given as whole numbers, on the command line or in a YAML config, as the ints the Trainer is
-    to take: ``--trainer.limit_val_batches 1`` is one batch, as the Trainer documents an int, where LightningCLI
-    parses the 1 as 1.0, which the Trainer reads as all of them. A limit written with a point (``1.0``) stays a
-    share."""
-    given: dict[str, str] = {}
-    for file in config_files(argv):  # the command line's later values win, as in the parse
-        trainer = config_section(file, "trainer")
-        given.update({key: str(trainer[key]) for key in BATCH_LIMITS if key in trainer})
-    for index, arg in enumerate(argv):
-        key, equals, value = arg.removeprefix("--trainer.").partition("=")
-        if arg.startswith("--trainer.") and key in BATCH_LIMITS:
-            given[key] = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
-    trainer = config.get("trainer") or {}
-    return {key: int(text) for key, text in given.items() if text.isdigit() and trainer.get(key) == int(text)}
-
-
 def take_default_root_dir(config: Any) -> None:
     """Lightning's ``--trainer.default_root_dir`` as the folder of the runs where ``--log_root`` was left at its
     default: Lightning writes its own logger's runs there, and the zoo's loggers write under ``--log_root``, so it
@@ -521,6 +501,7 @@ def cli_main(
             model_class,
             ImageDataModule,
             subclass_mode_data=True,
+            save_config_callback=WholeBatchCountsConfig,
             save_config_kwargs={"overwrite": True},
             # a typo gets one line below, not the whole usage; an abbreviated key is a typo, not a match
             parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
