@@ -48,9 +48,13 @@ def parser_problem(message: str) -> str:
     subtypes" and lists each subtype's own error below, the one that says what to change ("unrecognized
     arguments: --augmentation.auto_augment=x", "Parser key "batch_size": Expected a <class 'int'>. Got value:
     abc"). The line is the outer key, then each subtype's error that is not the ``None`` alternative, then
-    the value given where no error names it. Other messages are joined into one line as they are.
+    the value given where no error names it. A file setting that names no file is said so. Other messages are
+    joined into one line as they are.
     """
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    missing = re.fullmatch(r'Parser key "([\w.]+)": File does not exist: \'(.*)\'', " ".join(lines))
+    if missing:  # a --config (or other file setting) that names no file
+        return f"--{missing[1]} {missing[2]}: no such file; check the path"
     if len(lines) < 2 or lines[1] != "Does not validate against any of the Union subtypes":
         return " ".join(lines)
     errors: list[list[str]] = []

@@ -165,8 +165,20 @@ _DATA_HELP = "train.py: the accepted keys: python train.py fit --data.help crate
             "Parser key \"trainer.max_epochs\": Expected a <class 'int'> Given value: x",
             "fit --help",
         ),
+        (
+            ["--config", str(REPO / "no_such.yaml")],
+            f"--config {REPO / 'no_such.yaml'}: no such file; check the path",
+            None,
+        ),
     ],
-    ids=["abbreviated-key", "bad-lr-scale", "unknown-data-key", "bad-data-value", "bad-trainer-value"],
+    ids=[
+        "abbreviated-key",
+        "bad-lr-scale",
+        "unknown-data-key",
+        "bad-data-value",
+        "bad-trainer-value",
+        "missing-config",
+    ],
 )
 def test_mistakes_in_settings_are_one_line_with_status_2(
     tmp_path: Path, args: list[str], message: str, keys: str | None
@@ -177,6 +189,8 @@ def test_mistakes_in_settings_are_one_line_with_status_2(
     assert "Union subtypes" not in proc.stderr  # jsonargparse's lead line, which names no cause
     if keys is not None:  # the line after the error says where the accepted keys are listed
         assert keys in proc.stderr.strip().splitlines()[-1]
+    else:  # the error line is the last: no list of keys answers a value or a path
+        assert proc.stderr.strip().splitlines()[-1].startswith("train.py: error: ")
 
 
 def test_a_gpu_asked_for_on_a_machine_without_one_is_one_line(tmp_path: Path) -> None:

@@ -525,7 +525,7 @@ def cli_main(
                 f"{program}: the config's model settings ({', '.join(other[1])}) are those of python {other[0]}: "
                 "run it with that command\n"
             )
-        else:
+        elif "no such file" not in problem:
             sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program)}\n")
         raise SystemExit(2) from None
     except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
