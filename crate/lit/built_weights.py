@@ -8,13 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import timm
 from lightning.pytorch.utilities import rank_zero_warn
 
 from crate.models import CheckpointError, read_checkpoint
 from crate.run.held_out import check_label_names, class_difference, shown_classes
 from crate.run.resume_check import split_changes
 
-__all__ = ["check_built_head", "head_from_weights", "warn_of_seen_images"]
+__all__ = ["check_built_head", "head_from_weights", "warn_of_seen_images", "warn_of_unloaded_tag"]
 
 EVALUATIONS = ("validate", "test", "predict")
 
@@ -43,9 +44,11 @@ def check_built_head(module: L.LightningModule, classes: Any, data: str, subcomm
     same ones in another order, than the data (``classes``, in label order; ``data`` says which data): each label
     would be scored, or named, as another class. A fit from them is warned (it retrains what the head's outputs
     mean). Where the data's classes asked for a new head, an evaluation is warned that it scores an untrained
-    classifier."""
+    classifier. A fit that names a tag and loads no weights is warned (:func:`warn_of_unloaded_tag`)."""
     kept = head_from_weights(module)
     if kept is None:
+        if subcommand == "fit":
+            warn_of_unloaded_tag(module)
         return
     model = module.model
     if not kept:
@@ -70,6 +73,19 @@ def check_built_head(module: L.LightningModule, classes: Any, data: str, subcomm
             f"{_weights_name(module)}: the head is kept, and its outputs, trained as {shown_classes(names)}, stand "
             f"for {shown_classes(classes)} in {data} ({class_difference(names, classes)}): the fit retrains what "
             "each of them means"
+        )
+
+
+def warn_of_unloaded_tag(module: L.LightningModule) -> None:
+    """One warning where a new fit names a weights tag (``--model.model_name crate_cct4_3x2_32.cifar10``) and loads
+    no weights: timm's ``create_model`` builds a tag's architecture without its weights unless ``pretrained`` is
+    set, so the run starts from random initialization under a name that reads as those weights."""
+    name = str((getattr(module, "hparams", None) or {}).get("model_name") or "")
+    if "." in name and ":" not in name and name in timm.list_pretrained(name):
+        rank_zero_warn(
+            f"--model.model_name {name} names the weights of a tag, which timm does not load without pretrained: "
+            "this run starts from random initialization; --model.model_kwargs '{pretrained: true}' starts it from "
+            "them"
         )
 
 
