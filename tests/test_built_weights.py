@@ -92,21 +92,28 @@ def test_a_fit_that_keeps_a_head_of_other_class_names_says_what_its_outputs_now_
     assert "stand for 10 classes [bird, car, cat, ...]" in said[0], said
 
 
-def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_weights(tmp_path: Path) -> None:
+def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_weights(tmp_path: Path, caplog) -> None:
     """timm's create_model builds a tag's architecture without its weights unless pretrained is set: a fit named
-    after the tag alone starts from random initialization, and says so once; with pretrained it says nothing."""
+    after the tag alone starts from random initialization, and says so once; with pretrained it says that the
+    data's 2 classes get a new head in place of the tag's 10."""
     root = write_image_folder(tmp_path / "data", ["cat", "dog"], per_class=2, size=32, gray=False)
     quick = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--baseline.enabled", "false"]
     said = {}
     for label, extra in (("alone", []), ("pretrained", ["--model.model_kwargs", "{pretrained: true}"])):
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
             warnings.simplefilter("always")
+            caplog.clear()
             done = run_in_process(
                 "fit", "--config", FOLDER, "--data.root", str(root), "--model.model_name", TAG, *extra,
                 "--log_root", str(tmp_path / "logs"), "--run_name", label, *QUIET, *quick,
             )  # fmt: skip
         assert done.returncode == 0, done.stderr
         said[label] = [str(w.message) for w in caught if "random initialization" in str(w.message)]
+        said[label] += [line for line in caplog.text.splitlines() if "new head" in line]
     assert len(said["alone"]) == 1 and f"--model.model_name {TAG} names the weights" in said["alone"][0]
     assert "--model.model_kwargs '{pretrained: true}'" in said["alone"][0]
-    assert said["pretrained"] == []
+    assert len(said["pretrained"]) == 1, said
+    assert (
+        f"the pretrained weights of {TAG}: a new head for the data's 2 classes (the weights' head has 10"
+        in (said["pretrained"][0])
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning as L
 import timm
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.models import CheckpointError, read_checkpoint
 from crate.run.held_out import check_label_names, class_difference, shown_classes
@@ -44,7 +44,8 @@ def check_built_head(module: L.LightningModule, classes: Any, data: str, subcomm
     same ones in another order, than the data (``classes``, in label order; ``data`` says which data): each label
     would be scored, or named, as another class. A fit from them is warned (it retrains what the head's outputs
     mean). Where the data's classes asked for a new head, an evaluation is warned that it scores an untrained
-    classifier. A fit that names a tag and loads no weights is warned (:func:`warn_of_unloaded_tag`)."""
+    classifier, and a fit says that it trains one. A fit that names a tag and loads no weights is warned
+    (:func:`warn_of_unloaded_tag`)."""
     kept = head_from_weights(module)
     if kept is None:
         if subcommand == "fit":
@@ -59,6 +60,12 @@ def check_built_head(module: L.LightningModule, classes: Any, data: str, subcomm
                 f"{held or 'no'} classes and the data {model.num_classes}, so its figures are those of a random "
                 "classifier on their features; fine-tune it on this data first (fit), or give it data of the "
                 "weights' classes"
+            )
+        elif subcommand == "fit":
+            held = model.pretrained_cfg.get("num_classes")
+            rank_zero_info(
+                f"{_weights_name(module)}: a new head for the data's {model.num_classes} classes (the weights' head "
+                f"has {held or 'no'} classes), trained from random initialization"
             )
         return
     if subcommand in EVALUATIONS:
