@@ -4,6 +4,7 @@ tag's own classes scores what timm scores."""
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -15,6 +16,7 @@ import torchvision
 from conftest import run_in_process, write_cifar10_like_folder, write_image_folder
 
 import crate  # noqa: F401
+from crate.export import main as export_main
 from crate.models.shipped import CIFAR10_CLASSES
 
 TAG = "crate_nano_patch4_32.cifar10"
@@ -113,7 +115,14 @@ def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_we
     assert len(said["alone"]) == 1 and f"--model.model_name {TAG} names the weights" in said["alone"][0]
     assert "--model.model_kwargs '{pretrained: true}'" in said["alone"][0]
     assert len(said["pretrained"]) == 1, said
+    head_line = said["pretrained"][0]
     assert (
-        f"the pretrained weights of {TAG}: a new head for the data's 2 classes (the weights' head has 10"
-        in (said["pretrained"][0])
+        f"the pretrained weights of {TAG}: a new head for the data's 2 classes (the weights' head has 10" in head_line
     )
+    # the fine-tuned run exports with its own classes: the tag's ten names no longer name its two outputs
+    out = tmp_path / "tuned.safetensors"
+    export_main([str(tmp_path / "logs" / "pretrained" / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(out)])
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["label_names"] == ["cat", "dog"] and card["num_classes"] == 2
+    tuned = timm.create_model(TAG, pretrained=True, pretrained_cfg_overlay=dict(file=str(out)))
+    assert tuned.pretrained_cfg["label_names"] == ("cat", "dog")

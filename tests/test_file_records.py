@@ -145,6 +145,22 @@ def test_a_head_reset_on_a_shipped_tag_drops_the_tags_class_names() -> None:
     assert torch.equal(reset.patch_embed.proj.weight, kept.patch_embed.proj.weight)  # the backbone still loaded
 
 
+@pytest.mark.parametrize(
+    "tag", ["crate_nano_patch4_32.digits", "vit_cct4_3x2_32.cifar10", "tost_nano_patch4_32.cifar10"]
+)
+def test_a_tag_built_without_its_weights_names_only_a_head_of_its_own_class_count(tag: str) -> None:
+    """A tag built without pretrained (a fine-tuned run's checkpoint is loaded into such a model) with another
+    ``num_classes``: the tag's class names do not name that head's outputs, so they go; with the tag's count, or
+    no ``num_classes``, they stay as timm gives them."""
+    names = timm.models.get_pretrained_cfg(tag).label_names
+    assert len(names) == 10
+    assert timm.create_model(tag).pretrained_cfg["label_names"] == names
+    assert timm.create_model(tag, num_classes=10).pretrained_cfg["label_names"] == names
+    for classes in (3, 0):
+        model = timm.create_model(tag, num_classes=classes)
+        assert model.num_classes == classes and not model.pretrained_cfg.get("label_names")
+
+
 @pytest.mark.parametrize("tag", ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
 def test_reset_classifier_drops_the_class_names_of_the_head_it_replaces(tag: str) -> None:
     """``reset_classifier`` puts a new head in place (of any size): the tag's names no longer name its outputs.

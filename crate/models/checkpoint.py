@@ -442,7 +442,8 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     the input channels and image size the file records unless the call gives others (then with a warning),
     and its ``pretrained_cfg`` carries them (so ``resolve_data_config`` does), the class names the file
     records (``label_names``) and the evaluation transform its run used (mean, std, interpolation, crop), so that
-    timm's transform of the run's images gives the tensors its accuracy was measured on.
+    timm's transform of the run's images gives the tensors its accuracy was measured on. A tag built without its
+    weights and with another ``num_classes`` gets no ``label_names``: the tag's names do not name its outputs.
     """
     path = weights_file(variant, kwargs) if pretrained else None
     if path is None:
@@ -451,6 +452,11 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
             # timm would say "No pretrained weights exist" of an architecture whose weights are under its tags
             tag = kwargs.get("pretrained_cfg")
             check_model_name(f"{variant}.{tag}" if isinstance(tag, str) and tag else variant, pretrained=True)
+        cfg = _tag_cfg(kwargs, variant)
+        held = _cfg_value(cfg, "num_classes")
+        if _cfg_value(cfg, "label_names") and kwargs.get("num_classes", held) != held and "label_names" not in overlay:
+            # a tag's architecture built with another head: the tag's class names do not name its outputs
+            kwargs = {**kwargs, "pretrained_cfg_overlay": {**overlay, "label_names": None}}
         return kwargs
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     checkpoint = read_checkpoint(path, ema=bool(overlay.pop("ema", False)))
