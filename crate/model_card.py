@@ -49,10 +49,10 @@ def _settings_words(card: dict[str, Any]) -> str:
 
 
 def _trained_line(card: dict[str, Any]) -> str:
-    """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps, and the file
-    whose weights they started from (``--model.pretrained_file``); where the file was written before the steps its
-    schedule planned, it says so, and whether it is the run's best checkpoint (the learning rate had not finished
-    its decay: not the recipe's result)."""
+    """Full epochs (and the batches of the next, for a file written mid-epoch) and optimizer steps, and the file or
+    pretrained tag whose weights they started from (``--model.pretrained_file``); where the file was written before
+    the steps its schedule planned, it says so, and whether it is the run's best checkpoint (the learning rate had
+    not finished its decay: not the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
     partial = card.get("batches_into_epoch") or 0
     next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
@@ -62,6 +62,8 @@ def _trained_line(card: dict[str, Any]) -> str:
         digest = recipe.get("pretrained_sha256") or ""
         held = f"sha256 `{digest}`, " if len(digest) == 64 else ""
         line += f", starting from the weights of `{start}` ({held}the epochs it took to make them not counted)"
+    elif tag := recipe.get("pretrained_tag"):
+        line += f", starting from the weights of the tag `{tag}` (the epochs it took to make them not counted)"
     if planned and done < planned:
         why = (
             f"the run's best checkpoint by {best_by}, written before the schedule's end"

@@ -17,6 +17,7 @@ from conftest import run_in_process, write_cifar10_like_folder, write_image_fold
 
 import crate  # noqa: F401
 from crate.export import main as export_main
+from crate.interpret.__main__ import main as interpret_main
 from crate.models.shipped import CIFAR10_CLASSES
 
 TAG = "crate_nano_patch4_32.cifar10"
@@ -94,7 +95,9 @@ def test_a_fit_that_keeps_a_head_of_other_class_names_says_what_its_outputs_now_
     assert "stand for 10 classes [bird, car, cat, ...]" in said[0], said
 
 
-def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_weights(tmp_path: Path, caplog) -> None:
+def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_weights(
+    tmp_path: Path, caplog, capsys
+) -> None:
     """timm's create_model builds a tag's architecture without its weights unless pretrained is set: a fit named
     after the tag alone starts from random initialization, and says so once; with pretrained it says that the
     data's 2 classes get a new head in place of the tag's 10."""
@@ -124,5 +127,15 @@ def test_a_fit_that_names_a_tag_without_loading_it_says_it_starts_from_random_we
     export_main([str(tmp_path / "logs" / "pretrained" / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(out)])
     card = json.loads(out.with_suffix(".json").read_text())
     assert card["label_names"] == ["cat", "dog"] and card["num_classes"] == 2
+    assert card["model_name"] == TAG.split(".")[0]  # the run's own weights, not the tag's
+    assert f"starting from the weights of the tag `{TAG}`" in out.with_suffix(".md").read_text()
     tuned = timm.create_model(TAG, pretrained=True, pretrained_cfg_overlay=dict(file=str(out)))
     assert tuned.pretrained_cfg["label_names"] == ("cat", "dog")
+    # its checkpoint records the tag's name; the report names the architecture, since the file gives the weights
+    ckpt = str(tmp_path / "logs" / "pretrained" / "version_0" / "checkpoints" / "last.ckpt")
+    with pytest.raises(SystemExit) as refused:
+        interpret_main(["--model", ckpt, "--out", str(tmp_path / "report")])
+    assert refused.value.code == 2 and f"(--model {TAG.split('.')[0]} --checkpoint {ckpt})" in capsys.readouterr().err
+    quick = ["--sample-images", "4", "--probe-images", "4", "--count-seeds", "2", "--images", "2"]
+    interpret_main(["--model", TAG, "--checkpoint", ckpt, "--out", str(tmp_path / "report"), *quick])
+    assert list(json.loads((tmp_path / "report" / "metrics.json").read_text())) == [TAG.split(".")[0]]

@@ -85,7 +85,10 @@ class Run:
 
     @property
     def model_name(self) -> str:
-        return self.hparams["model_name"]
+        """The architecture the run trained. A run named after a weights tag (``crate_cct4_3x2_32.cifar10``, a
+        fine-tune from it) trained weights of its own, so the tag is left out: it would name the tag's weights."""
+        name = str(self.hparams["model_name"])
+        return name if ":" in name else name.partition(".")[0]
 
     @property
     def num_classes(self) -> int:
@@ -123,7 +126,8 @@ class Run:
         return self.record.batches_into_epoch
 
     def recipe(self) -> dict[str, Any]:
-        """The training recipe a card shows: the weights it started from (``--model.pretrained_file``), the
+        """The training recipe a card shows: the weights it started from (``--model.pretrained_file``, or a
+        pretrained tag), the
         module's optimisation settings, the training-only model settings, the data section's settings (a
         self-distillation run's views replace the classification augmentation, which never ran), and the
         precision and seed of the run's config (or "unknown" without one)."""
@@ -135,6 +139,8 @@ class Run:
             recipe["pretrained_file"] = hp["pretrained_file"]
             start = self.record.start_weights
             recipe["pretrained_sha256"] = start["sha256"] if start else UNKNOWN_START_DIGEST
+        elif (hp.get("model_kwargs") or {}).get("pretrained") and hp["model_name"] != self.model_name:
+            recipe["pretrained_tag"] = hp["model_name"]  # a fine-tune from a tag's weights
         if hp.get("objective_weight"):  # the layer-objective term, where a run trained with it
             recipe["objective_weight"] = hp["objective_weight"]
             recipe["objective_images"] = hp.get("objective_images", 8)  # 8: runs from before it was a setting
