@@ -389,6 +389,28 @@ def test_class_folders_with_their_images_in_subfolders_are_read_as_torchvision_r
         ImageFolderDataModule(str(root))
 
 
+def test_a_split_of_loose_images_without_class_folders_is_refused_with_where_they_go(tmp_path: Path) -> None:
+    """A split's class is its folder's name: images lying loose in test/ (or val/, train/) have none. The line says
+    where they belong and how images of unknown class are classified; an empty split says what it lacks. Both
+    modules that read image folders say the same."""
+    from crate.lit.data import StoredImageFolderDataModule
+
+    root = write_image_folder(tmp_path / "folder", 2, per_class=2, size=12, suffix=".png", gray=False, seed=0)
+    (root / "test").mkdir()
+    for index, image in enumerate(sorted((root / "val").rglob("*.png"))):
+        shutil.copy(image, root / "test" / f"new_{index}.png")
+    for module in (ImageFolderDataModule, StoredImageFolderDataModule):
+        with pytest.raises(
+            DataError, match=r"test holds images \(new_0.png, ...\) but no class folders: .*test/<class>/"
+        ):
+            module(str(root))
+    shutil.rmtree(root / "test")
+    shutil.rmtree(root / "val")
+    (root / "val").mkdir()
+    with pytest.raises(DataError, match=r"val holds no class folders: a split holds val/<class>/<images>$"):
+        ImageFolderDataModule(str(root))
+
+
 def test_files_of_a_type_that_is_not_read_are_left_out_with_a_word(tmp_path: Path) -> None:
     """A GIF or a HEIC photo in a class folder is not read (as in torchvision's ImageFolder): the module says how
     many files of which types it left out, once; hidden and system files are not counted."""

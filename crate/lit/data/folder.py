@@ -66,6 +66,18 @@ def _check_class_folders(split: Path) -> None:
         )
 
 
+def _no_class_folders(split: Path) -> str:
+    """What to say of a split folder without class folders: images lying in it have no class to be read from."""
+    loose = next((path for path in sorted(split.iterdir()) if path.name.lower().endswith(IMAGE_SUFFIXES)), None)
+    if loose is None:
+        return f"{split} holds no class folders: a split holds {split.name}/<class>/<images>"
+    return (
+        f"{split} holds images ({loose.name}, ...) but no class folders: a split's images lie in "
+        f"{split.name}/<class>/, whose name is their class; images of unknown class are classified through timm "
+        "(crate.export writes the run's file, timm.create_model loads it)"
+    )
+
+
 # files an operating system leaves in folders, not a user's data (hidden files, starting with a dot, too)
 _SYSTEM_FILES = frozenset({"Thumbs.db", "desktop.ini"})
 GRAYSCALE_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
@@ -161,10 +173,11 @@ class FolderLayout:
                 f"ImageFolder root {root} lacks {', '.join(missing)}: the data root must be a folder holding "
                 f"train/<class>/<images> and val/<class>/<images>{cifar10}"
             )
-        classes = _class_names(root / "train")
-        if not classes:
-            raise FileNotFoundError(f"{root / 'train'} holds no class folders (train/<class>/<images>)")
         splits = ["train", "val"] + (["test"] if (root / "test").is_dir() else [])
+        for split in splits:
+            if not _class_names(root / split):
+                raise DataError(_no_class_folders(root / split))
+        classes = _class_names(root / "train")
         for split in splits:
             _check_class_folders(root / split)
             if unknown := sorted(set(_class_names(root / split)) - set(classes)):
