@@ -22,7 +22,7 @@ import torch
 import yaml
 from timm.data import resolve_data_config
 
-from crate.models import CheckpointError, read_checkpoint
+from crate.models import CheckpointError, architecture_of, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
 from .loading import load_data, load_run, resolve_data
@@ -88,17 +88,11 @@ def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: 
         )
 
 
-def _architecture(name: str) -> str:
-    """A model name without its weights tag (``crate_nano_patch4_32.digits`` -> ``crate_nano_patch4_32``): with
-    ``--checkpoint`` the file gives the weights, so the tag names weights that are not evaluated."""
-    return name if ":" in name else name.partition(".")[0]
-
-
 def _file_as_model(path: str, first: bool) -> str:
     """What to say of a checkpoint file given where a model name belongs: the flags that evaluate it, with the
     architecture the file records (or a placeholder where it records none)."""
     try:
-        arch = _architecture(read_checkpoint(path).model_name or "ARCHITECTURE")
+        arch = architecture_of(read_checkpoint(path).model_name or "ARCHITECTURE")
     except CheckpointError as err:
         return f"{path} is given as a model name, but it is a file, and not a readable checkpoint: {err}"
     flags = f"--model {arch} --checkpoint {path}" if first else f"--compare {arch} {path}"
@@ -188,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.data is None and recorded is None:
                 say(f"{name}: its file records no data; evaluating on the digits (default split)")
             data = resolve_data(args.data, recorded, overrides)
-            shown = name if checkpoint in (None, "-") else _architecture(name)  # the file's weights, not the tag's
+            shown = name if checkpoint in (None, "-") else architecture_of(name)  # the file's weights, not the tag's
             label = shown if shown not in models else f"{shown} (2)"
             evaluation = load_data(data, model, limit=args.sample_images, masks=args.masks)
             if len(evaluation.train_labels.unique()) < 2:

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import timm
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from crate.models import CheckpointError, read_checkpoint
+from crate.models import CheckpointError, names_weights_tag, read_checkpoint
 from crate.run.held_out import check_label_names, class_difference, shown_classes
 from crate.run.resume_check import split_changes
 
@@ -88,7 +87,7 @@ def warn_of_unloaded_tag(module: L.LightningModule) -> None:
     no weights: timm's ``create_model`` builds a tag's architecture without its weights unless ``pretrained`` is
     set, so the run starts from random initialization under a name that reads as those weights."""
     name = str((getattr(module, "hparams", None) or {}).get("model_name") or "")
-    if "." in name and ":" not in name and name in timm.list_pretrained(name):
+    if names_weights_tag(name):
         rank_zero_warn(
             f"--model.model_name {name} names the weights of a tag, which timm does not load without pretrained: "
             "this run starts from random initialization; --model.model_kwargs '{pretrained: true}' starts it from "

@@ -18,11 +18,12 @@ from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
 from .factory import create_classifier
 from .hub import hub_weights, is_hub_name
-from .names import check_model_name, pretrained_tags
+from .names import architecture_of, check_model_name, names_weights_tag, pretrained_tags
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
 
 __all__ = [
+    "architecture_of",
     "CRATE",
     "CRATE_VARIANTS",
     "COMPACT_SHAPES",
@@ -45,6 +46,7 @@ __all__ = [
     "file_sha256",
     "hub_weights",
     "is_hub_name",
+    "names_weights_tag",
     "checkpoint_filter_fn",
     "pretrained_tags",
     "read_checkpoint",

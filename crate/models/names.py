@@ -9,7 +9,19 @@ import timm
 from .convert import CheckpointError
 from .hub import hub_weights, is_hub_name
 
-__all__ = ["check_model_name", "pretrained_tags"]
+__all__ = ["architecture_of", "check_model_name", "names_weights_tag", "pretrained_tags"]
+
+
+def architecture_of(name: str) -> str:
+    """A model name without its weights tag (``crate_nano_patch4_32.digits`` -> ``crate_nano_patch4_32``); a hub
+    name (``local-dir:DIR``, ``hf-hub:ORG/NAME``: a colon) as given. Where weights come from a file, the tag would name
+    weights that are not the file's."""
+    return name if ":" in name else name.partition(".")[0]
+
+
+def names_weights_tag(name: str) -> bool:
+    """Whether ``name`` is one of timm's pretrained tags (``crate_nano_patch4_32.digits``), not an architecture."""
+    return architecture_of(name) != name and name in timm.list_pretrained(name)
 
 
 def pretrained_tags(arch: str) -> list[str]:

@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.models import Checkpoint, CheckpointError, architecture_of, read_checkpoint
 
 from .held_out import describe_data
 from .record import FileRecord, module_kind, read_record, run_config, run_config_file
@@ -87,8 +87,7 @@ class Run:
     def model_name(self) -> str:
         """The architecture the run trained. A run named after a weights tag (``crate_cct4_3x2_32.cifar10``, a
         fine-tune from it) trained weights of its own, so the tag is left out: it would name the tag's weights."""
-        name = str(self.hparams["model_name"])
-        return name if ":" in name else name.partition(".")[0]
+        return architecture_of(str(self.hparams["model_name"]))
 
     @property
     def num_classes(self) -> int:
