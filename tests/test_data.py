@@ -411,6 +411,24 @@ def test_a_split_of_loose_images_without_class_folders_is_refused_with_where_the
         ImageFolderDataModule(str(root))
 
 
+def test_a_training_split_smaller_than_a_batch_with_drop_last_is_refused(tmp_path: Path) -> None:
+    """drop_last leaves out an epoch's smaller last batch: with fewer training images than a batch nothing is left,
+    and Lightning would end the fit without a step. The module says so, and what to change; a batch of the
+    split's size is one whole batch."""
+    from crate.lit.data import StoredImageFolderDataModule
+
+    root = write_image_folder(tmp_path / "folder", 2, per_class=3, size=12, suffix=".png", gray=False, seed=0)
+    module = StoredImageFolderDataModule(str(root), img_size=12, batch_size=8, drop_last=True)
+    module.setup("fit")
+    with pytest.raises(
+        DataError, match=r"the 6 training images make no whole batch of 8 .*--data.batch_size 6 or less"
+    ):
+        module.train_dataloader()
+    whole = StoredImageFolderDataModule(str(root), img_size=12, batch_size=6, drop_last=True)
+    whole.setup("fit")
+    assert len(whole.train_dataloader()) == 1
+
+
 def test_files_of_a_type_that_is_not_read_are_left_out_with_a_word(tmp_path: Path) -> None:
     """A GIF or a HEIC photo in a class folder is not read (as in torchvision's ImageFolder): the module says how
     many files of which types it left out, once; hidden and system files are not counted."""

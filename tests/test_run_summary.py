@@ -57,6 +57,27 @@ def test_fit_prints_a_line_per_epoch_and_a_summary_of_the_run(tmp_path: Path, ca
     assert re.search(rf"val of checkpoints/{Path(best.best_model_path).name}: val/acc {top:.4f}", caplog.text)
 
 
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"limit_train_batches": 0}, "--trainer.limit_train_batches 0 (no training batches)"),
+        ({"max_epochs": 0}, "--trainer.max_epochs 0"),
+        ({"max_steps": 0}, "--trainer.max_steps 0"),
+    ],
+    ids=["no-batches", "no-epochs", "no-steps"],
+)
+def test_a_new_fit_that_trains_nothing_says_which_setting_stopped_it(
+    tmp_path: Path, caplog, settings: dict, why: str
+) -> None:
+    """Not a resumed checkpoint's limit, as the summary said of every fit without a step."""
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False, **settings)
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(module, DigitsDataModule(batch_size=8))
+    said = [line for line in caplog.text.splitlines() if "nothing trained" in line]
+    assert len(said) == 1 and said[0].endswith(f"nothing trained  {why}"), said
+
+
 def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:
     trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
     with caplog.at_level(logging.INFO):

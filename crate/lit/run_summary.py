@@ -44,6 +44,24 @@ def _weights_evaluated(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
     return UNTRAINED
 
 
+def _why_untrained(trainer: L.Trainer) -> str:
+    """Why a fit trained no step: a batch limit of 0, no training batches, ``max_epochs`` / ``max_steps`` of 0, or
+    a resumed checkpoint that had already reached them."""
+    if trainer.limit_train_batches == 0:
+        return "--trainer.limit_train_batches 0 (no training batches)"
+    if trainer.num_training_batches == 0:
+        return "no training batches"
+    by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
+    limit = "max_steps" if by_steps else "max_epochs"
+    if not trainer.ckpt_path:
+        return f"--trainer.{limit} {getattr(trainer, limit)}"
+    done = counted(trainer.global_step, "step") if by_steps else counted(trainer.current_epoch, "epoch")
+    return (
+        f"the checkpoint had already trained {done} of --trainer.{limit} {getattr(trainer, limit)}; "
+        f"raise --trainer.{limit} to train on"
+    )
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -253,14 +271,8 @@ class RunSummary(Callback):
         ]
         if trainer.log_dir:
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")
-        if not self._trained:  # a resume whose checkpoint had already reached max_epochs / max_steps
-            by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
-            limit = "max_steps" if by_steps else "max_epochs"
-            done = counted(trainer.global_step, "step") if by_steps else counted(trainer.current_epoch, "epoch")
-            lines.append(
-                f"  nothing trained  the checkpoint had already trained {done} of --trainer.{limit} "
-                f"{getattr(trainer, limit)}; raise --trainer.{limit} to train on"
-            )
+        if not self._trained:
+            lines.append(f"  nothing trained  {_why_untrained(trainer)}")
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""

@@ -167,6 +167,11 @@ class ImageDataModule(L.LightningDataModule):
             drop_last=self.drop_last,
             **({"collate_fn": collate} if collate is not None else {}),
         )
+        if self.drop_last and len(self._train_loader) == 0:  # else the fit ends at once: "No training batches"
+            raise DataError(
+                f"the {len(dataset):,} training images make no whole batch of {self.batch_size} (drop_last leaves out "
+                f"the smaller last one): give --data.batch_size {len(dataset)} or less, or --data.drop_last false"
+            )
         if self._resume_state is not None:
             self._train_loader.load_state_dict(self._resume_state)
         return self._train_loader
