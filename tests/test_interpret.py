@@ -395,6 +395,9 @@ def test_a_bad_hub_folder_name_is_one_line_before_anything_loads(tmp_path: Path,
         ("", ["--model", f"local-dir:{other}"], "holds no config.json, so it is not a hub folder"),
         ("", ["--model", f"local-dir:{hub}", "--checkpoint", weights], "brings its own weights"),
         ("", ["--model", "crate_nano_patch4_32", "--checkpoint", str(hub)], f"pass its weights file ({hub}/"),
+        # the folder by its timm name where a file belongs
+        ("", ["--model", "crate_nano_patch4_32", "--checkpoint", f"local-dir:{hub}"], "not a checkpoint file: pass"),
+        ("", ["--model", "crate_nano_patch4_32", "--checkpoint", "hf-hub:org/name"], "timm.create_model('hf-hub:"),
     ]
 
     def refused(args: list[str], message: str) -> None:

@@ -40,7 +40,7 @@ import torch
 from timm.models import get_pretrained_cfg, model_entrypoint
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
-from .hub import folder_weights, hub_file, hub_weights_file
+from .hub import folder_weights, hub_file, hub_weights_file, is_hub_name
 from .names import check_model_name
 from .registry import settings_given
 
@@ -270,6 +270,17 @@ def file_sha256(path: str | Path) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
+def _hub_weights_hint(name: str) -> str:
+    """Where a hub name's weights file lies: a folder's own file, else where a folder or repository keeps it."""
+    prefix, _, rest = name.partition(":")
+    if prefix == "local-dir":
+        try:
+            return folder_weights(Path(rest))
+        except CheckpointError:
+            pass
+    return "model.safetensors in the folder or repository"
+
+
 def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
     """Read a checkpoint file of any supported format (see the module docstring); ``ema``: the moving
     average of the weights (``model_ema``) of a training checkpoint that holds one."""
@@ -285,6 +296,12 @@ def read_checkpoint(path: str | Path, ema: bool = False) -> Checkpoint:
             "(a run's checkpoints are <run>/version_N/checkpoints/*.ckpt)"
         )
     if not path.is_file():
+        if is_hub_name(str(path)):  # a model name of timm's where a file belongs
+            raise CheckpointError(
+                f"{path} names a hub folder or repository, not a checkpoint file: pass its weights file "
+                f"({_hub_weights_hint(str(path))}), or load it by that name with "
+                f"timm.create_model('{path}', pretrained=True)"
+            )
         raise FileNotFoundError(f"checkpoint file {path} does not exist; check the path")
     loaded, source, hparams, record = _load(path)
     if ema and source == "torch":
