@@ -637,3 +637,27 @@ def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
     )
     again = cli_main(["fit", "--config", str(tmp_path / "one" / "version_0" / "config.yaml"), "--run_name", "again"])
     assert again.trainer.num_training_batches == 1 and again.trainer.num_val_batches == [1]
+
+
+def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch_s_figures(
+    tmp_path: Path, caplog
+) -> None:
+    """With --trainer.check_val_every_n_epoch 2 and 3 epochs, Lightning's checkpoint saved after validation only:
+    last.ckpt held epoch 1, and the run's final epoch was never saved. The latest state is now saved at every
+    epoch's end; the epoch line of an epoch without validation shows no val figures (it showed epoch 1's), and the
+    summary says which epoch its last val/acc is from."""
+    from crate.lit import cli_main
+
+    args = ["fit", "--config", DEFAULT, "--log_root", str(tmp_path), "--run_name", "sparse", *QUIET]
+    limits = ["--trainer.max_epochs", "3", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    with caplog.at_level(logging.INFO):
+        cli_main([*args, *limits, "--trainer.check_val_every_n_epoch", "2"])
+    last = tmp_path / "sparse" / "version_0" / "checkpoints" / "last.ckpt"
+    held = torch.load(last, weights_only=False, map_location="cpu")
+    assert held["global_step"] == 6 and held["epoch"] == 2
+    lines = {
+        found[1]: line for line in caplog.text.splitlines() if (found := re.search(r"(epoch \d) \(\d of 3\)", line))
+    }
+    assert "val/acc" in lines["epoch 1"] and "val/" not in lines["epoch 2"] and "val/" not in lines["epoch 0"]
+    validated = re.search(r"epoch 1 .*val/acc (\d\.\d{4})", lines["epoch 1"]).group(1)
+    assert f"val/acc          last {validated} at epoch 1, best {validated} at epoch 1" in caplog.text

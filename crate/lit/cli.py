@@ -128,6 +128,10 @@ class CrateCLI(LightningCLI):
                 # interrupted before its first save (last.ckpt then links to the interrupt checkpoint) would
                 # after resuming link last-v1.ckpt instead, and --ckpt_path last would take the stale state
                 "latest_checkpoint.enable_version_counter": False,
+                # at every training epoch's end (after its validation, where it has one): Lightning's default
+                # saves after validation only, so with --trainer.check_val_every_n_epoch N the epochs after the
+                # last validation, the run's final weights among them, were never saved
+                "latest_checkpoint.save_on_train_epoch_end": True,
             }
         )
         parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")

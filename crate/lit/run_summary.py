@@ -164,6 +164,7 @@ class RunSummary(Callback):
         self._best: tuple[float, int] | None = None
         self._carried_s = 0.0  # wall seconds of the run before the checkpoint it resumed from
         self._trained = False  # whether this fit ran the training loop at all
+        self._validated_epoch: int | None = None  # the epoch this fit last validated in
 
     def _monitor(self, pl_module: L.LightningModule) -> tuple[str, str]:
         return getattr(pl_module, "checkpoint_monitor", ("val/acc", "max"))
@@ -172,7 +173,7 @@ class RunSummary(Callback):
         """A new fit starts with nothing carried; a resumed one gets its record back afterwards
         (``load_state_dict``: Lightning restores callbacks after ``setup`` and before ``on_fit_start``)."""
         if stage == "fit":
-            self._best, self._carried_s = None, 0.0
+            self._best, self._carried_s, self._validated_epoch = None, 0.0, None
 
     def _warn_if_untrained(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """An evaluation of the untrained model is said at its start: after Lightning has restored the checkpoint
@@ -226,6 +227,7 @@ class RunSummary(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
+        self._validated_epoch = trainer.current_epoch
         name, mode = self._monitor(pl_module)
         value = _number(trainer.callback_metrics.get(name))
         if value is not None and (
@@ -237,6 +239,8 @@ class RunSummary(Callback):
         if not self.epoch_lines or trainer.progress_bar_callback is not None:
             return
         metrics = trainer.callback_metrics
+        if self._validated_epoch != trainer.current_epoch:  # not validated in this epoch: an earlier one's values
+            metrics = {key: value for key, value in metrics.items() if not key.startswith("val/")}
         name, _ = self._monitor(pl_module)
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
         parts = [f"epoch {trainer.current_epoch} ({trainer.current_epoch + 1} of {total})"]
@@ -276,7 +280,9 @@ class RunSummary(Callback):
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
-            lines.append(f"  {name:<16} last {last:.4f}{best}")
+            validated = self._validated_epoch
+            when = f" at epoch {validated}" if validated is not None and validated != trainer.current_epoch - 1 else ""
+            lines.append(f"  {name:<16} last {last:.4f}{when}{best}")
         elif self._best is not None:  # no validation in this session: the best the checkpoint recorded
             lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
         if last is not None or self._best is not None:
