@@ -471,7 +471,8 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
             check_model_name(f"{variant}.{tag}" if isinstance(tag, str) and tag else variant, pretrained=True)
         cfg = _tag_cfg(kwargs, variant)
         held = _cfg_value(cfg, "num_classes")
-        if _cfg_value(cfg, "label_names") and kwargs.get("num_classes", held) != held and "label_names" not in overlay:
+        given = kwargs.get("num_classes")
+        if _cfg_value(cfg, "label_names") and given is not None and given != held and "label_names" not in overlay:
             # a tag's architecture built with another head: the tag's class names do not name its outputs
             kwargs = {**kwargs, "pretrained_cfg_overlay": {**overlay, "label_names": None}}
         return kwargs
