@@ -180,6 +180,19 @@ def _check_targets(out: Path | None, hub: Path | None, dtype: str, overwrite: bo
         check_output_folder(hub.parent, "--hub-dir", "the hub folder")
 
 
+def _probe_command(run: Run, ckpt: Path) -> str:
+    """A linear probe of a masked-pretraining run's encoder on the data it pretrained on: the digits' probe config,
+    or for an image folder the folder config with the probe's settings (the encoder alone, frozen)."""
+    root = ((run.data_config or {}).get("init_args") or {}).get("root")
+    if root is None:
+        return f"train.py fit --config configs/crate_mae_nano_digits_probe.yaml --model.pretrained_file {ckpt}"
+    return (
+        f"train.py fit --config configs/crate_nano_imagefolder.yaml --data.root {root} --model.model_name "
+        f"{run.model_name} --model.model_kwargs '{{decoder_depth: 0, global_pool: avg}}' --model.freeze_backbone true "
+        f"--model.pretrained_file {ckpt}"
+    )
+
+
 def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
     """The run, refused where it yields nothing to export (masked pretraining) or where ``--control`` does not
     apply (a classifier) or names a missing, corrupt or nameless file."""
@@ -187,8 +200,7 @@ def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
     if not run.is_encoder and not run.has_classifier:
         raise CheckpointError(
             f"{run.checkpoint.describe()}: a masked-pretraining run (pretrain.py), with no classifier to export. "
-            "Probe or fine-tune it first (train.py fit --config configs/crate_mae_nano_digits_probe.yaml "
-            f"--model.pretrained_file {ckpt}) and export that run."
+            f"Probe or fine-tune it first on its data ({_probe_command(run, ckpt)}) and export that run."
         )
     if controls and not run.is_encoder:
         raise ValueError("--control scores encoders beside an exported encoder; this checkpoint is a classifier")

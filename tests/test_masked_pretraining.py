@@ -155,3 +155,28 @@ def test_imagefolder_pretraining_config_runs_on_a_folder(tmp_path: Path) -> None
     run = tmp_path / "logs" / "crate_mae_nano_imagefolder" / "version_0"
     assert (run / "checkpoints" / "last.ckpt").exists()
     assert math.isfinite(_final(run / "metrics.csv", "val/loss"))
+
+
+def test_a_folder_pretraining_run_is_answered_with_a_probe_on_its_own_folder(tmp_path: Path, capsys) -> None:
+    """Export of a masked-pretraining run names the probe to train first. For a run on an image folder that is the
+    folder's own config with the probe's settings, not the digits' probe config (another data set, channels and
+    size); the command it names trains, and its run exports."""
+    import shlex
+
+    root = write_image_folder(tmp_path / "folder", 2, per_class=4, size=16, suffix=".png", gray=False, seed=0)
+    folder_config = str(REPO / "configs" / "crate_mae_nano_imagefolder.yaml")
+    quick = ["--trainer.max_epochs", "1", "--data.num_workers", "0", "--log_root", str(tmp_path), *QUIET]
+    cli_main(["fit", "--config", folder_config, "--data.root", str(root), *quick], model_class=MaskedAutoencoder)
+    checkpoint = tmp_path / "crate_mae_nano_imagefolder" / "version_0" / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit) as refused:
+        export_main([str(checkpoint), "--out", str(tmp_path / "encoder.safetensors")])
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and "digits" not in said, said
+    command = shlex.split(said.split("on its data (", 1)[1].rsplit(") and export that run", 1)[0])
+    assert command[:2] == ["train.py", "fit"] and command[command.index("--data.root") + 1] == str(root)
+    cli_main([*command[1:], *quick, "--run_name", "probe", "--baseline.enabled", "false"])
+    export_main(
+        [str(tmp_path / "probe" / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "p.safetensors")]
+    )
+    card = (tmp_path / "p.md").read_text()
+    assert "starting from the weights of" in card and str(checkpoint) in card
