@@ -739,3 +739,29 @@ def test_every_panel_and_legend_of_the_summary_figures_fits_in_the_figure(long_l
             extent = legend.get_window_extent(renderer)
             inside = figure.bbox.x0 - 1 <= extent.x0 and extent.x1 <= figure.bbox.x1 + 1
             assert inside and figure.bbox.y0 - 1 <= extent.y0 and extent.y1 <= figure.bbox.y1 + 1, draw.__name__
+
+
+@pytest.mark.slow
+def test_a_comparison_of_models_read_on_different_data_names_each_model_s_data(tmp_path: Path) -> None:
+    """Without --data each model is evaluated on its own run's data: the digits tag on split 0, a run on split 1.
+    The report named the first model's data for all; it now names each model's, and one data set where they
+    share it."""
+    from crate.lit import cli_main
+
+    digits = str(Path(__file__).resolve().parents[1] / "configs" / "crate_nano_digits.yaml")
+    quiet = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    cli_main(
+        ["fit", "--config", digits, "--data.split_seed", "1", "--data.img_size", "32", "--trainer.max_epochs", "1",
+         "--trainer.limit_train_batches", "1", "--log_root", str(tmp_path), "--run_name", "split1", *quiet]
+    )  # fmt: skip
+    ckpt = str(tmp_path / "split1" / "version_0" / "checkpoints" / "last.ckpt")
+    quick = ["--sample-images", "8", "--probe-images", "8", "--count-seeds", "2", "--images", "2"]
+    tag = "crate_nano_patch4_32.digits"
+    main(["--model", tag, "--compare", "crate_nano_patch4_32", ckpt, "--out", str(tmp_path / "mixed"), *quick])
+    header = (tmp_path / "mixed" / "report.md").read_text().splitlines()[2]
+    assert "Each model was read on its own run's data" in header and "Data: " not in header, header
+    assert f"`{tag}` on digits (val_fraction=0.2, split_seed=0)" in header, header
+    assert "`crate_nano_patch4_32` on digits (val_fraction=0.2, split_seed=1)" in header, header
+    main(["--model", tag, "--compare", tag, "-", "--out", str(tmp_path / "same"), *quick])
+    header = (tmp_path / "same" / "report.md").read_text().splitlines()[2]
+    assert header.count("Data: digits (val_fraction=0.2, split_seed=0).") == 1 and "own run's data" not in header

@@ -79,12 +79,13 @@ def say(message: str) -> None:
 
 
 def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: torch.nn.Module) -> None:
-    """A comparison runs every model on the same images: refuse a model of another input (channels, size)."""
+    """A comparison sets models of one input side by side (their figures read the same photographs; each model is
+    evaluated on its own run's data unless ``--data`` names one): refuse a model of another input (channels, size)."""
     want, got = (resolve_data_config({}, model=m)["input_size"] for m in (first, model))
     if tuple(want) != tuple(got):
         raise ValueError(
             f"--compare {name} takes inputs of {tuple(got)} (channels, height, width) and {first_name} takes "
-            f"{tuple(want)}: a comparison evaluates every model on the same images; compare models of one input"
+            f"{tuple(want)}: compare models of one input (channels and size), whose figures read the same photographs"
         )
 
 

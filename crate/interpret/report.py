@@ -120,6 +120,29 @@ def _sampled(result: dict[str, Any]) -> str:
     )
 
 
+def _data_words(results: dict[str, dict[str, Any]], eps: dict[str, float]) -> str:
+    """The data the models were read on and how many images each figure read: once where every model read the
+    same, else for each model (each was evaluated on its own run's data, so their figures are not of one data)."""
+    conventions = f"official convention eps={eps['official']}, paper convention eps={eps['paper']}"
+    first = next(iter(results.values()))
+    same = ("data", "val_images", "sampled_images")
+    if all(
+        [r.get(key) for key in same] == [first.get(key) for key in same]
+        and r["rate_settings"]["images"] == first["rate_settings"]["images"]
+        for r in results.values()
+    ):
+        images = first["rate_settings"]["images"]
+        return (
+            f"Data: {first['data']}. Rates and lenses on {images} validation images ({conventions}); {_sampled(first)}"
+        )
+    each = "; ".join(
+        f"`{label}` on {result['data']} (rates and lenses on {result['rate_settings']['images']} validation images; "
+        f"{_sampled(result)})"
+        for label, result in results.items()
+    )
+    return f"Each model was read on its own run's data, so their figures are not of one data set: {each}; {conventions}"
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -432,15 +455,11 @@ PROBE_TEXT = (
 
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
-    settings = next(iter(results.values()))["rate_settings"]
-    eps = settings["eps"]
+    eps = next(iter(results.values()))["rate_settings"]["eps"]
     parts = [
         "# Interpretability report",
         "",
-        f"Models: {', '.join(f'`{label}`' for label in results)}. "
-        f"Data: {next(iter(results.values()))['data']}. "
-        f"Rates and lenses on {settings['images']} validation images (official convention eps={eps['official']},"
-        f" paper convention eps={eps['paper']}); {_sampled(next(iter(results.values())))};"
+        f"Models: {', '.join(f'`{label}`' for label in results)}. {_data_words(results, eps)};"
         " every number is in `metrics.json`.",
         "",
         f"```bash\n{command}\n```" if command else "",
