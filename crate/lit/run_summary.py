@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from crate.models import names_weights_tag
 from crate.wording import counted
 
 from .built_weights import head_from_weights
@@ -184,7 +185,7 @@ class RunSummary(Callback):
             tag = (
                 f", and --model.model_kwargs '{{pretrained: true}}' the weights of the tag {name} (a tag names "
                 "weights without loading them, as in timm.create_model)"
-                if "." in name
+                if names_weights_tag(name)
                 else ""
             )
             rank_zero_warn(
