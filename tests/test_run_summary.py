@@ -78,6 +78,44 @@ def test_a_new_fit_that_trains_nothing_says_which_setting_stopped_it(
     assert len(said) == 1 and said[0].endswith(f"nothing trained  {why}"), said
 
 
+def test_a_metric_logged_at_the_epoch_end_is_the_best_of_its_own_epoch(tmp_path: Path, caplog) -> None:
+    """A module may log its monitored figure in its own epoch-end hook (SimDINO's val/knn_acc), which runs after
+    the callbacks' ones: the summary's best value and epoch are those of the logged figures and of the best
+    checkpoint (it read the epoch before's value, and never the last epoch's)."""
+
+    class EpochEndScore(ImageClassifier):
+        checkpoint_monitor = ("val/score", "max")
+
+        def on_validation_epoch_end(self) -> None:
+            if not self.trainer.sanity_checking:  # a figure that rises, falls back and rises to its top at the end
+                self.log("val/score", (0.2, 0.5, 0.4, 0.6, 0.7)[self.current_epoch])
+
+    best = ModelCheckpoint(dirpath=tmp_path / "checkpoints", monitor="val/score", mode="max", save_last=True)
+    trainer = L.Trainer(
+        max_epochs=5,
+        limit_train_batches=1,
+        limit_val_batches=1,
+        logger=CSVLogger(tmp_path, name="run"),
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        callbacks=[best, RunSummary()],
+    )
+    with caplog.at_level(logging.INFO):
+        trainer.fit(EpochEndScore("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    with (Path(trainer.log_dir) / "metrics.csv").open() as handle:
+        logged = [round(float(row["val/score"]), 4) for row in csv.DictReader(handle) if row.get("val/score")]
+    assert len(logged) == 5
+    top = max(logged)
+    epoch = logged.index(top)
+    assert f"val/score        last {logged[-1]:.4f}, best {top:.4f} at epoch {epoch}" in caplog.text
+    assert Path(best.best_model_path).name.startswith(f"epoch={epoch}-")  # the checkpoint says the same
+    shown = [float(b) for _, b in re.findall(r"val/score (\d\.\d{4}) \(best (\d\.\d{4})\)", caplog.text)]
+    assert shown == [max(logged[: i + 1]) for i in range(5)]  # each epoch line's best so far
+    held = torch.load(best.best_model_path, weights_only=False)["callbacks"]
+    record = next(state for key, state in held.items() if key.startswith("RunSummary"))
+    assert record["best"] == [pytest.approx(top), epoch]  # what a resumed run reports
+
+
 def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:
     trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
     with caplog.at_level(logging.INFO):

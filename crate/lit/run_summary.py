@@ -225,7 +225,9 @@ class RunSummary(Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # after every epoch-end hook, the module's included (SimDINO logs its val/knn_acc there), and before the
+        # checkpoint callbacks save this record: the value is this epoch's, as the best checkpoint's is
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
         self._validated_epoch = trainer.current_epoch
