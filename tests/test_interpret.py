@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -297,6 +298,11 @@ def test_report_numbers_are_finite_in_range_and_those_of_the_monitor(report: Pat
     assert set(metrics) == {"crate_nano_patch4_32.digits", "vit_nano_patch4_32", "crate_alpha_nano_patch4_32.digits"}
     for result in metrics.values():  # --count-seeds 4: the counts under seeds 0-3
         assert list(result["controls"]["random_init"]["null_counts_per_seed"]) == ["0", "1", "2", "3"]
+    said = re.findall(
+        r"are read against (.+?), which another untrained draw would all pass one time in (\d+)(;[^.]*)?\.",
+        (report / "report.md").read_text(),
+    )
+    assert said == [("seeds 0-3", "5", "; with fewer than 19 seeds no count is a finding")]  # not the default's 0-18
     for label, result in metrics.items():
         assert 0.9 <= result["val_accuracy"] <= 1.0, label
         for convention in ("official", "paper"):

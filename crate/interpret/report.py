@@ -32,7 +32,7 @@ from .compression_table import (
 )
 from .evaluate import attention_shown, class_attention, evaluate_model
 from .loading import EvalData, sample_photographs
-from .objective_table import objective_table
+from .objective_table import SEEDS_TO_DECIDE, objective_table
 from .segmentation import attention_masks, foreground_patches
 from .verdicts import plain_verdicts
 
@@ -407,9 +407,7 @@ HOW_MEASURED = (
     " seed 0 being the initialisation the zoo's recipes train from; the mean over the seeds); the"
     " compression figure also along the controls' directions (next section); head redundancy and top-k"
     " mass also for a uniform attention map. A figure a control reaches as well is not a finding. A control"
-    " of several seeds reaches as far as another seed could: the 95% prediction interval for one more draw."
-    " The counts of layers whose steps beat their nulls are read against seeds 0-18, which another untrained"
-    " draw would all pass one time in 20.",
+    " of several seeds reaches as far as another seed could: the 95% prediction interval for one more draw.",
     "- R^c across attention: R^c(LN_1(Z^l) | U^l) before and R^c(LN_1(Z^{l+1/2}) | U^l) after the attention"
     " step, the same norm and subspaces, on what the attention sees (the CRATE authors' measurement; with"
     " the official convention it equals their code's figure). For a ViT, U is its query projection."
@@ -453,6 +451,27 @@ PROBE_TEXT = (
 )
 
 
+def _seeds_sentence(results: dict[str, dict[str, Any]]) -> str:
+    """The untrained seeds the counts of layers beating their nulls were read against (``--count-seeds``), and
+    how often another untrained draw would pass them all."""
+    seeds = sorted(
+        {int(seed) for r in results.values() for seed in r["controls"]["random_init"].get("null_counts_per_seed", {})}
+        if all(r.get("controls") for r in results.values())
+        else set()
+    )
+    if not seeds:
+        return ""
+    run = len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))
+    words = (
+        f"seeds {seeds[0]}-{seeds[-1]}" if run else f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    )
+    few = "" if len(seeds) >= SEEDS_TO_DECIDE else f"; with fewer than {SEEDS_TO_DECIDE} seeds no count is a finding"
+    return (
+        f" The counts of layers whose steps beat their nulls are read against {words}, which another untrained draw"
+        f" would all pass one time in {len(seeds) + 1}{few}."
+    )
+
+
 def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]) -> str:
     command = shlex.join(["python", "-m", "crate.interpret", *sys.argv[1:]]) if sys.argv[1:] else ""
     eps = next(iter(results.values()))["rate_settings"]["eps"]
@@ -475,7 +494,8 @@ def _markdown(results: dict[str, dict[str, Any]], pictures: dict[str, list[str]]
         "",
         "How each figure is measured:",
         "",
-        *HOW_MEASURED,
+        HOW_MEASURED[0] + _seeds_sentence(results),
+        *HOW_MEASURED[1:],
         "",
         "## Layer-wise white-box curves",
         "",
