@@ -1,15 +1,16 @@
 """k-NN and linear-probe accuracy of self-supervised encoders beside their controls, on a data set's val split.
 
     .venv/bin/python -m benchmarks.simdino_eval --encoder RUN/checkpoints/last.ckpt [--encoder RUN2/...] \
-        --control "CRATE-MAE=MAE_RUN/checkpoints/last.ckpt"
+        --control "CRATE-MAE=MAE_RUN/checkpoints/last.ckpt" [--out TABLE.md]
 
 For each encoder (a SimDINO run's checkpoint, or an exported file), the same architecture at the
 initialisation its training started from (seed 0: the random-init control) and each ``--control LABEL=PATH``
 (another encoder, such as a CRATE-MAE run: the masked-pretraining control) are scored by
 :func:`crate.interpret.frozen_features.frozen_feature_scores` on the data the first encoder's run trained on
 (its evaluation transform): DINO's weighted k-NN (k 20, temperature 0.07; bank: every training image) and a
-logistic-regression probe on the standardised pooled features, both on every validation image. The JSON keeps
-every number. ``crate.export`` writes the same scores of one encoder on its card.
+logistic-regression probe on the standardised pooled features, both on every validation image. The table is
+printed; ``--out TABLE.md`` writes it there, with every number in ``TABLE.json`` beside it (the zoo's own table:
+``--out docs/simdino_cifar10.md``). ``crate.export`` writes the same scores of one encoder on its card.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main() -> None:
         "--encoder", action="append", required=True, help="a SimDINO checkpoint (repeatable; each with its random init)"
     )
     parser.add_argument("--control", action="append", default=[], metavar="LABEL=PATH", help="another encoder")
-    parser.add_argument("--out", default="docs/simdino_cifar10.md")
+    parser.add_argument("--out", help="write the table to this Markdown file and its numbers beside it as JSON")
     args = parser.parse_args()
     start = time.perf_counter()
     models, data_config = {}, None
@@ -93,6 +94,9 @@ def main() -> None:
         "knn": {"k": KNN_K, "temperature": KNN_TEMPERATURE},
         "results": results,
     }
+    if args.out is None:
+        print(markdown(saved))
+        return
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
     out.write_text(markdown(saved))
@@ -104,7 +108,7 @@ def _recorded_name(path: str) -> str:
 
     name = read_checkpoint(path).model_name
     if name is None:
-        raise SystemExit(f"simdino_eval.py: {path} records no model name; give --model")
+        raise SystemExit(f"simdino_eval.py: {path} records no model name; give a run's checkpoint or an exported file")
     return name
 
 

@@ -5,6 +5,7 @@ random init; a data module without multi-crop views is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lightning as L
@@ -111,7 +112,9 @@ def _numpy_knn(bank: np.ndarray, bank_labels: np.ndarray, queries: np.ndarray, l
     return correct / len(labels)
 
 
-def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_random_init(tmp_path: Path) -> None:
+def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_random_init(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     torch.manual_seed(0)
     images = _folder(tmp_path / "images", per_class=12)
     crops = {"global_crops": 2, "local_crops": 2}
@@ -174,6 +177,26 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
             run / "checkpoints" / "last.ckpt", tmp_path / "y.safetensors", controls={"bad": tmp_path / "corrupt.ckpt"}
         )
     assert not (tmp_path / "y.safetensors").exists()
+
+    # benchmarks.simdino_eval scores the run the same way: it prints the table and writes only where --out says
+    from benchmarks import simdino_eval
+
+    monkeypatch.chdir(tmp_path)
+    written = sorted(tmp_path.rglob("*"))
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    monkeypatch.setattr("sys.argv", ["simdino_eval.py", "--encoder", ckpt, "--control", f"again={ckpt}"])
+    simdino_eval.main()
+    printed = capsys.readouterr().out
+    assert sorted(tmp_path.rglob("*")) == written  # nothing written (it replaced the zoo's docs table)
+    assert f"| SimDINO crate_nano_patch4_32 | CRATE | {expected:.4f} |" in printed
+    assert f"| random init crate_nano_patch4_32 | CRATE | {at_init:.4f} |" in printed
+    assert f"| again | CRATE | {expected:.4f} |" in printed
+    monkeypatch.setattr("sys.argv", [*simdino_eval.sys.argv, "--out", "table.md"])
+    simdino_eval.main()
+    rows = [line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(rows) == 4 and all(row in printed for row in rows)  # the same table, and its numbers beside it
+    saved = json.loads((tmp_path / "table.json").read_text())
+    assert saved["results"]["SimDINO crate_nano_patch4_32"]["knn_top1"] == pytest.approx(expected, abs=1e-9)
 
 
 def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:
