@@ -416,9 +416,10 @@ def export_checkpoint(
     try:
         measuring = run.data_config is not None and measure
         held_out, eval_data = _read_held_out(run, model, data_overrides) if measuring else (None, None)
-        # the class names every written file records: the run's, or those of the data it held out
+        # the class names every written file records: the run's, or those of the data it held out; an encoder
+        # (no classifier) names none, whatever classes scored its features
         named = run.checkpoint.label_names or getattr(held_out, "classes", None)
-        labels = list(named) if named else None
+        labels = list(named) if named and getattr(model, "num_classes", None) != 0 else None
         if out is not None:
             written.append(out)
             _write_weights(model, run, out, dtype, model_config, labels)

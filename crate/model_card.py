@@ -165,5 +165,6 @@ def hub_card(card: dict[str, Any]) -> str:
     """The card as a Hugging Face hub README (its metadata block, then the card)."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    data = ModelCardData(library_name="timm", license="mit", tags=["image-classification", "timm", "crate-zoo"])
+    task = "image-feature-extraction" if card.get("num_classes") == 0 else "image-classification"  # an encoder's
+    data = ModelCardData(library_name="timm", license="mit", tags=[task, "timm", "crate-zoo"])
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{card_markdown(card)}"))

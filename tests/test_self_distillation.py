@@ -164,6 +164,19 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
     assert scored["this file"]["knn_top1"] == pytest.approx(expected, abs=1e-9)
     assert scored["random init (seed 0)"]["knn_top1"] == pytest.approx(at_init, abs=1e-9)
     assert scored["the run again"] == scored["this file"]
+    # a hub folder of the encoder alone (it crashed): timm loads it back with the file's features, no class names
+    folder = tmp_path / "hub"
+    held = export_checkpoint(run / "checkpoints" / "last.ckpt", hub_dir=folder)
+    assert held["frozen_features"]["this file"] == scored["this file"]
+    from_hub = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    with torch.no_grad():
+        assert torch.equal(from_hub(val), teacher(val))
+    assert "label_names" not in json.loads((folder / "config.json").read_text())
+    assert read_checkpoint(out).label_names is None  # nor does the file
+    assert (
+        from_hub.pretrained_cfg.get("label_names") is None
+        and "- image-feature-extraction" in (folder / "README.md").read_text()
+    )
     markdown = out.with_suffix(".md").read_text()
     assert "no classifier" in markdown and f"| this file | {expected:.4f} |" in markdown
     assert card["recipe"]["teacher_momentum"] == 0.996 and card["bank_images"] == 24

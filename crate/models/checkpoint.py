@@ -40,7 +40,7 @@ import torch
 from timm.models import get_pretrained_cfg, model_entrypoint
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
-from .hub import folder_weights, hub_file, hub_weights_file, is_hub_name
+from .hub import folder_weights, hub_file, hub_weights, hub_weights_file, is_hub_name
 from .names import check_model_name
 from .registry import settings_given
 
@@ -379,10 +379,17 @@ def _settings_from_file(checkpoint: Checkpoint, kwargs: Mapping[str, Any]) -> di
 
 def _file_read(variant: str, kwargs: Mapping[str, Any]) -> Checkpoint | None:
     """The file ``timm.create_model(variant, **kwargs)`` reads into a zoo model, or None (no file, or no zoo
-    model)."""
-    if not kwargs.get("pretrained") or not model_entrypoint(variant.partition(".")[0]).__module__.startswith("crate."):
+    model). A hub name (``local-dir:DIR``) reads the weights its folder or repository holds."""
+    if not kwargs.get("pretrained"):
         return None
-    path = weights_file(variant, kwargs)
+    if is_hub_name(variant):
+        architecture, path = hub_weights(variant)
+        overlay = kwargs.get("pretrained_cfg_overlay") or {}
+        path = overlay.get("file") or path if isinstance(overlay, Mapping) else path
+    else:
+        architecture, path = variant.partition(".")[0], weights_file(variant, kwargs)
+    if not model_entrypoint(architecture).__module__.startswith("crate."):
+        return None
     return read_checkpoint(path) if path else None
 
 
