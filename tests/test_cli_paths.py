@@ -166,6 +166,30 @@ def test_ckpt_path_best_takes_the_file_the_run_recorded_as_best_in_a_new_process
     assert scores[0] and scores[0] == scores[1]
 
 
+def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_s(
+    tmp_path: Path, vit_run: Path
+) -> None:
+    """``--config RUN/version_0/config.yaml --ckpt_path best`` names version 0's best, even where a later
+    version of the run exists (it took the newest version's, and wrote its predictions there)."""
+    runs = tmp_path / "vit_nano_digits"
+    shutil.copytree(vit_run, runs / "version_0", symlinks=True)
+    shutil.copytree(vit_run, runs / "version_1", symlinks=True)
+    later = runs / "version_1" / "checkpoints" / "last.ckpt"
+    os.utime(later.resolve(), (time.time() + 60, time.time() + 60))  # version 1 is the newest
+    best = [p.name for p in (runs / "version_0" / "checkpoints").glob("best-*.ckpt")]
+    assert len(best) == 1
+    own = [str(runs / "version_0" / "config.yaml")]
+    assert resolve_checkpoint("best", str(tmp_path), "vit_nano_digits", "test", own) == str(
+        runs / "version_0" / "checkpoints" / best[0]
+    )
+    assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", own).startswith(str(runs / "version_0"))
+    assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [VIT]) == str(later)  # as before
+    config = own[0]
+    _ok(run_in_process("validate", "--config", config, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", "best"))
+    assert (runs / "version_0" / "config.validate.yaml").is_file()  # it logged into the run it evaluated
+    assert not (runs / "version_1" / "config.validate.yaml").exists()
+
+
 def test_a_resume_from_an_earlier_checkpoint_leaves_one_history_in_metrics_csv(tmp_path: Path, vit_run: Path) -> None:
     """The run goes on to epoch 1, then is resumed from its epoch-0 file: metrics.csv holds epoch 1 once (the
     second continuation's), and the first continuation's rows are in metrics.superseded.csv, not lost."""

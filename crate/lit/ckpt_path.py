@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from lightning.pytorch.utilities import rank_zero_warn
@@ -80,9 +81,22 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "Ima
         )
 
 
-def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str, subcommand: str = "fit") -> str | None:
-    """The file ``--ckpt_path`` names. ``last``: the newest ``last*.ckpt`` of any version of the run (Lightning
-    looks only in the new version's folder); ``best``: the best checkpoint that file records (:func:`best_recorded`),
+def _beside_configs(configs: Sequence[str]) -> list[Path]:
+    """The ``last*.ckpt`` of the run whose own ``config.yaml`` is among ``configs`` (the last such), if any."""
+    for config in reversed(configs):
+        found = [p for p in Path(config).parent.glob("checkpoints/last*.ckpt") if p.exists()]
+        if found:
+            return found
+    return []
+
+
+def resolve_checkpoint(
+    ckpt_path: str | None, log_root: str, run_name: str, subcommand: str = "fit", configs: Sequence[str] = ()
+) -> str | None:
+    """The file ``--ckpt_path`` names. ``last``: the newest ``last*.ckpt`` of the run whose own ``config.yaml`` is
+    one of the ``configs`` given (``RUN/version_0/config.yaml`` means version 0, even where a later version of
+    its run exists), else of any version of the run ``log_root/run_name`` (Lightning looks only in the new
+    version's folder); ``best``: the best checkpoint that file records (:func:`best_recorded`),
     so that ``validate``, ``test`` and ``predict`` in a new process reach the file ``fit`` named best (Lightning
     knows it only in the process that trained); a path: checked to exist (the CLI then reads it once, through the
     zoo's reader, to check it is readable and of the configured model). ``hpc`` passes through, and so does
@@ -101,7 +115,7 @@ def resolve_checkpoint(ckpt_path: str | None, log_root: str, run_name: str, subc
         return ckpt_path
     if ckpt_path in ("last", "best"):
         run = Path(log_root, run_name)
-        found = [p for p in run.glob("version_*/checkpoints/last*.ckpt") if p.exists()]
+        found = _beside_configs(configs) or [p for p in run.glob("version_*/checkpoints/last*.ckpt") if p.exists()]
         if not found and subcommand == "fit" and ckpt_path == "last":
             rank_zero_warn(f"--ckpt_path last: no last checkpoint under {run}; starting fresh")
             return None

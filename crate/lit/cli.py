@@ -169,7 +169,8 @@ class CrateCLI(LightningCLI):
         if not subcommand or "ckpt_path" not in self.config[subcommand]:
             return
         config = self.config[subcommand]
-        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"], subcommand)
+        configs = [str(path) for path in config.get("config") or []]
+        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"], subcommand, configs)
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
             module = self.model_class.__name__
