@@ -325,6 +325,11 @@ def _measure(
     reloaded = timm.create_model(load[0], **load[1])  # the card's load line
     folder = timm.create_model(f"local-dir:{hub}", pretrained=True) if hub is not None and out is not None else None
     if eval_data is not None:
+        if (classes := len(set(eval_data.train_labels.tolist()) | set(eval_data.val_labels.tolist()))) < 2:
+            return _Measured(
+                note=f"its frozen features are not scored: its run's data has {classes} class, and the k-NN and "
+                "the probe need labelled images of 2 or more"
+            )
         frozen = _score_encoder(reloaded, load, eval_data, controls)
         if folder is not None and frozen_feature_scores(folder, eval_data) != frozen["this file"]:
             raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s k-NN and probe scores")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -100,4 +101,50 @@ def test_a_config_given_to_another_program_names_the_command_that_takes_it(
     assert proc.stderr.strip().splitlines()[-1] == (
         f"{program}: the config's model settings ({', '.join(foreign)}) are those of python {PROGRAMS[meant]}: "
         "run it with that command"
+    )
+
+
+@pytest.mark.parametrize("case", ["one class", "knn off"])
+def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(tmp_path: Path, caplog, capsys, case: str) -> None:
+    """Unlabelled images lie in one class folder: SimDINO trains on them, keeps its latest state and says that it
+    has no best checkpoint and why (it failed at its first validation, nothing saved). Its export is not scored;
+    the white-box report's probes refuse its data, naming the data rather than the sample size."""
+    from conftest import run_in_process, write_image_folder
+
+    from crate.export import export_checkpoint
+
+    classes = ("all",) if case == "one class" else ("a", "b")
+    root = write_image_folder(tmp_path / "images", classes, 8, val_per_class=4, size=32, gray=False)
+    extra = ["--model.knn_bank", "0"] if case == "knn off" else []
+    with caplog.at_level(logging.INFO):
+        proc = run_in_process(
+            "--objective", "simdino", "fit", "--config", str(REPO / "configs/simdino/crate_nano_cifar10.yaml"),
+            "--data.root", str(root), "--data.batch_size", "4", "--model.model_kwargs", "{depth: 1}",
+            "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false", "--log_root", str(tmp_path / "logs"),
+            *extra, program="pretrain.py",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    why = "the data has 1 class" if case == "one class" else "--model.knn_bank 0 turns the k-NN evaluation off"
+    said = [record.getMessage() for record in caplog.records if "no best checkpoint" in record.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"no val/knn_acc and no best checkpoint: {why}"), said
+    checkpoints = tmp_path / "logs" / "simdino_crate_nano_cifar10" / "version_0" / "checkpoints"
+    names = sorted(p.name for p in checkpoints.iterdir())  # the latest state of the last epoch, no best
+    assert len(names) == 2 and names[0] == "last.ckpt" and names[1].startswith("latest-epoch001-"), names
+    if case == "knn off":
+        return
+    card = export_checkpoint(checkpoints / "last.ckpt", tmp_path / "encoder.safetensors")
+    assert card.get("frozen_features") is None and "has 1 class" in (tmp_path / "encoder.md").read_text()
+    from crate.interpret.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--model", "crate_nano_patch4_32", "--checkpoint", str(tmp_path / "encoder.safetensors"),
+              "--out", str(tmp_path / "report")])  # fmt: skip
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "holds one class only, and the probes need labelled images of two or more: give data of several classes "
+            "(--data, --data.root)"
+        )
     )

@@ -187,9 +187,15 @@ def main(argv: list[str] | None = None) -> None:
             label = shown if shown not in models else f"{shown} (2)"
             evaluation = load_data(data, model, limit=args.sample_images, masks=args.masks)
             if len(evaluation.train_labels.unique()) < 2:
+                sampled = len(evaluation.train_labels)
+                if args.sample_images is None or sampled < args.sample_images:  # the whole split: one class
+                    raise ValueError(
+                        f"{label}'s data, {evaluation.name}, holds one class only, and the probes need labelled "
+                        "images of two or more: give data of several classes (--data, --data.root)"
+                    )
                 raise ValueError(
-                    f"the training images sampled ({len(evaluation.train_labels)}) hold one class only, and the "
-                    "probes need two or more: give --sample-images a larger count"
+                    f"the training images sampled ({sampled}) hold one class only, and the probes need two or "
+                    "more: give --sample-images a larger count"
                 )
             models[label] = (model, evaluation)
         results = write_report(

@@ -285,9 +285,22 @@ class CrateCLI(LightningCLI):
             # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
             for callback in trainer.checkpoint_callbacks:
                 callback.save_last = False
+        drop_unscored_best(trainer, self.model, str(self.subcommand))
         warn_if_slow_bf16(trainer, self.resumed.path if self.resumed is not None else None)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
+
+
+def drop_unscored_best(trainer: Trainer, module: L.LightningModule, subcommand: str) -> None:
+    """A fit whose module logs no figure to pick its best checkpoint by (its ``unscored`` says why: SimDINO on
+    images of one class) keeps its latest state only, and says so, instead of failing at its first validation."""
+    why = getattr(module, "unscored", None)
+    if not why or subcommand != "fit":
+        return
+    metric = getattr(module, "checkpoint_monitor", ("val/acc", "max"))[0]
+    for callback in [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == metric]:
+        trainer.callbacks.remove(callback)
+    rank_zero_info(f"no {metric} and no best checkpoint: {why}; the run keeps its latest state (last.ckpt)")
 
 
 def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:

@@ -224,10 +224,22 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
             labels.append(torch.as_tensor([int(item[1]) for item in items], device=self.device))
         return torch.cat(features), torch.cat(labels)
 
+    @property
+    def unscored(self) -> str | None:
+        """Why this run logs no ``val/knn_acc`` (and so has no best checkpoint), or None where it does."""
+        if not self.hparams.knn_bank:
+            return "--model.knn_bank 0 turns the k-NN evaluation off"
+        if self.num_classes < 2:
+            return (
+                f"the data has {self.num_classes} class{'' if self.num_classes == 1 else 'es'}, and the k-NN "
+                "evaluation needs labelled images of 2 or more (class folders)"
+            )
+        return None
+
     def on_validation_epoch_end(self) -> None:
         features, labels = self._val_features, self._val_labels
         self._val_features, self._val_labels = [], []
-        if self.trainer.sanity_checking or not features or not self.hparams.knn_bank or self.num_classes < 2:
+        if self.trainer.sanity_checking or not features or self.unscored:
             return
         queries = self.all_gather(torch.cat(features)).flatten(0, -2)
         query_labels = self.all_gather(torch.cat(labels)).flatten()
