@@ -132,6 +132,14 @@ def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(tmp_path: Pa
     assert len(names) == 2 and names[0] == "last.ckpt" and names[1].startswith("latest-epoch001-"), names
     if case == "knn off":
         return
+    caplog.clear()
+    with caplog.at_level(logging.INFO):  # an evaluation of the run says why it scores nothing
+        proc = run_in_process(
+            "--objective", "simdino", "validate", "--config", str(checkpoints.parent / "config.yaml"),
+            "--ckpt_path", "last", "--trainer.enable_progress_bar", "false", program="pretrain.py",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any(record.getMessage().startswith(f"no val/knn_acc: {why}") for record in caplog.records)
     card = export_checkpoint(checkpoints / "last.ckpt", tmp_path / "encoder.safetensors")
     assert card.get("frozen_features") is None and "has 1 class" in (tmp_path / "encoder.md").read_text()
     from crate.interpret.__main__ import main

@@ -293,11 +293,15 @@ class CrateCLI(LightningCLI):
 
 def drop_unscored_best(trainer: Trainer, module: L.LightningModule, subcommand: str) -> None:
     """A fit whose module logs no figure to pick its best checkpoint by (its ``unscored`` says why: SimDINO on
-    images of one class) keeps its latest state only, and says so, instead of failing at its first validation."""
+    images of one class) keeps its latest state only, and says so, instead of failing at its first validation;
+    an evaluation says why it scores nothing."""
     why = getattr(module, "unscored", None)
-    if not why or subcommand != "fit":
+    if not why:
         return
     metric = getattr(module, "checkpoint_monitor", ("val/acc", "max"))[0]
+    if subcommand != "fit":  # an evaluation of such a run: what it will not score, and why
+        rank_zero_info(f"no {metric}: {why}")
+        return
     for callback in [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == metric]:
         trainer.callbacks.remove(callback)
     rank_zero_info(f"no {metric} and no best checkpoint: {why}; the run keeps its latest state (last.ckpt)")
