@@ -219,6 +219,24 @@ def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:
         trainer.fit(_module(), data)
 
 
+def test_local_views_a_fixed_size_model_cannot_take_are_refused_before_training(tmp_path: Path) -> None:
+    """ToST takes its own image size only: 16-pixel local views failed in its first step, with the model's advice
+    to build it for 16x16 images; the run is refused before it starts, naming the setting that fits."""
+    images = str(_folder(tmp_path / "images"))
+    views = MultiCrop(global_crops=2, local_crops=2, local_size=16)
+    data = StoredImageFolderDataModule(images, batch_size=8, drop_last=True, multi_crop=views)
+    module = SelfDistillation("tost_nano_patch4_32", num_classes=2, img_size=32, model_kwargs={"depth": 1})
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match=r"local views are 16x16: give --data.multi_crop.local_size 32$"):
+        trainer.fit(module, data)
+    assert trainer.global_step == 0
+    same = MultiCrop(global_crops=2, local_crops=2, local_size=32)  # the setting named trains
+    data = StoredImageFolderDataModule(images, batch_size=8, drop_last=True, multi_crop=same)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, data)
+    assert trainer.global_step == 1
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="teacher_momentum"):
         _module(teacher_momentum=1.5)

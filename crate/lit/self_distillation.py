@@ -155,6 +155,20 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
                 "(a tensor-store DataModule, e.g. data.init_args.multi_crop: {global_crops: 2, local_crops: 8}; "
                 "configs/simdino/ has examples)"
             )
+        views = getattr(data, "multi_crop", None)
+        fixed = not getattr(self.student, "dynamic_img_size", False)
+        if (
+            stage == "fit"
+            and views is not None
+            and views.local_crops
+            and views.local_size != views.global_size
+            and fixed
+        ):
+            size = views.global_size
+            raise DataError(
+                f"{self.hparams.model_name} takes {size}x{size} images only (it has no dynamic_img_size), and the "
+                f"local views are {views.local_size}x{views.local_size}: give --data.multi_crop.local_size {size}"
+            )
 
     def on_train_start(self) -> None:
         """What every step's teacher update reads, gathered once: the run's step count and the parameter
