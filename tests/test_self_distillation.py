@@ -98,6 +98,46 @@ def test_the_teacher_is_the_student_s_moving_average_and_the_checkpoint_yields_i
         torch.testing.assert_close(weights[key], value)
 
 
+def test_with_accumulated_batches_the_teacher_moves_once_per_optimizer_step(tmp_path: Path) -> None:
+    """With ``accumulate_grad_batches 2`` the student changes every other batch: the teacher takes one step
+    towards it per optimizer step (it moved after every batch, twice per step, as a lower momentum would)."""
+
+    class Steps(Callback):  # before the module's own hook: the teacher before its update, the student, the step
+        def __init__(self) -> None:
+            self.records: list[tuple[list[torch.Tensor], list[torch.Tensor], float, int]] = []
+            self.checked = 0
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+            teacher = [p.detach().clone() for p in [*module.model.parameters(), *module.teacher_head.parameters()]]
+            student = [p.detach().clone() for p in [*module.student.parameters(), *module.student_head.parameters()]]
+            self.records.append((teacher, student, module.teacher_momentum_now(), trainer.global_step))
+
+        def _check(self, module: SelfDistillation) -> None:
+            teacher, student, momentum, step = self.records[-1]
+            stepped = step != (self.records[-2][3] if len(self.records) > 1 else 0)
+            now = [*module.model.parameters(), *module.teacher_head.parameters()]
+            for before, after, current in zip(teacher, student, now, strict=True):
+                torch.testing.assert_close(current, before + (1 - momentum) * (after - before) if stepped else before)
+            self.checked += 1
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:  # noqa: ANN001
+            if self.records:
+                self._check(module)
+
+        def on_train_end(self, trainer, module) -> None:  # noqa: ANN001
+            self._check(module)
+
+    torch.manual_seed(0)
+    views = MultiCrop(global_crops=2, local_crops=2)
+    data = StoredImageFolderDataModule(
+        str(_folder(tmp_path / "images")), batch_size=4, drop_last=True, multi_crop=views
+    )
+    steps = Steps()
+    trainer = _quiet_trainer(1, steps, accumulate_grad_batches=2, limit_val_batches=0)
+    trainer.fit(_module(teacher_momentum=0.5), data)
+    assert [record[3] for record in steps.records] == [0, 1, 1, 2] and steps.checked == 4  # 4 batches, 2 steps
+
+
 def _numpy_knn(bank: np.ndarray, bank_labels: np.ndarray, queries: np.ndarray, labels: np.ndarray, k: int) -> float:
     """DINO's weighted k-NN, written out in float64 numpy: cosine similarity, the k nearest, exp(s / 0.07) votes."""
     bank = bank / np.linalg.norm(bank, axis=1, keepdims=True)

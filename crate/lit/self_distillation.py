@@ -177,6 +177,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
         self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         self._teacher_params = [*self.model.parameters(), *self.teacher_head.parameters()]
         self._student_params = [*self.student.parameters(), *self.student_head.parameters()]
+        self._taught_step = self.global_step  # a resumed teacher already holds this step's update
 
     def teacher_momentum_now(self) -> float:
         """The cosine schedule from ``teacher_momentum`` at the first step to 1 at the last."""
@@ -215,7 +216,11 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
 
     @torch.no_grad()
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """The teacher moves towards the student (after the optimizer step of this batch)."""
+        """The teacher moves towards the student once per optimizer step (with accumulated batches, not after
+        the batches that only add to the gradient: the student did not change)."""
+        if self.global_step == self._taught_step:
+            return
+        self._taught_step = self.global_step
         torch._foreach_lerp_(self._teacher_params, self._student_params, 1.0 - self.teacher_momentum_now())
         for mine, theirs in zip(self.model.buffers(), self.student.buffers(), strict=True):
             mine.copy_(theirs)  # BatchNorm statistics of a convolutional stem follow the student's
