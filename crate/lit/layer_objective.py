@@ -55,7 +55,7 @@ class LayerObjective:
         if not usable:
             raise ValueError(
                 f"{type(model).__name__} has no CRATE-style blocks (norm1, an attention with subspaces U): the layer "
-                "objective term is for CRATE and CRATE-alpha"
+                "objective term is for CRATE, CRATE-alpha, ToST and CBT"
             )
         for block in usable:
             self.handles.append(block.register_forward_pre_hook(self._block_input))
