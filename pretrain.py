@@ -32,5 +32,5 @@ def objective_and_rest(argv: list[str]) -> tuple[str, list[str]]:
 
 if __name__ == "__main__":
     objective, rest = objective_and_rest(sys.argv[1:])
-    sys.argv[1:] = rest  # the CLI reads the rest from the command line, as train.py's does
-    cli_main(model_class=OBJECTIVES[objective])
+    # sys.argv keeps --objective: a DDP run starts its other processes with this command line again
+    cli_main(rest, model_class=OBJECTIVES[objective])

@@ -36,11 +36,13 @@ def write_cifar10_like_folder(root: Path, per_class: int = 2) -> Path:
     return root
 
 
-def run_train(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``train.py`` in a subprocess, as a user would, and return the finished process."""
+def run_train(
+    *args: str, cwd: Path = REPO, timeout: int = 600, program: str = "train.py"
+) -> subprocess.CompletedProcess:
+    """Run ``train.py`` (or ``pretrain.py``) in a subprocess, as a user would, and return the finished process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "tests"))
     return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
+        [sys.executable, str(REPO / program), *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -114,6 +114,25 @@ def test_a_clean_ddp_run_closes_its_process_group_before_exit(tmp_path, monkeypa
     assert "LOCAL_RANK" not in os.environ  # the run's rank stays with it: a later two-process run launches its own
 
 
+def test_simdino_trains_on_two_processes(tmp_path: Path) -> None:
+    """pretrain.py --objective simdino under DDP: the second process is started with the same command line, which
+    lost --objective (it started as the masked autoencoder and refused SimDINO's settings)."""
+    from conftest import write_image_folder
+
+    root = write_image_folder(tmp_path / "images", ("a", "b"), 8, val_per_class=4, size=32, gray=False)
+    config = str(REPO / "configs" / "simdino" / "crate_nano_cifar10.yaml")
+    proc = run_train(
+        "--objective", "simdino", "fit", "--config", config, "--config", DDP, "--data.root", str(root),
+        "--data.batch_size", "4", "--model.model_kwargs", "{depth: 1}", "--model.knn_bank", "16",
+        "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false", "--log_root", str(tmp_path / "logs"),
+        program="pretrain.py",
+    )  # fmt: skip
+    _ok(proc)
+    run = tmp_path / "logs" / "simdino_crate_nano_cifar10" / "version_0"
+    assert len(_rows(run, "val/knn_acc")) == 1
+    assert next((run / "checkpoints").glob("best-epoch000-knn_acc*.ckpt"), None) is not None
+
+
 @pytest.mark.parametrize("preset", ["cpu", "cpu_ddp", "gpu_ddp", "gpu_fsdp", "bf16"])
 def test_trainer_presets_parse(preset: str) -> None:
     proc = run_in_process(  # parsing alone: no process of its own needed
