@@ -21,6 +21,8 @@ class WallClock(Callback):
     and the seconds of the epoch it was written in, so a resumed run counts on from them (the time between the
     interruption and the resume is not counted): an epoch the run resumed into, mid-epoch or in its validation,
     logs its whole time. A checkpoint from before the epoch's seconds were carried leaves that epoch's time out.
+    A module's own validation-epoch-end work runs after the callbacks' (Lightning's order): SimDINO's k-NN is
+    counted in ``time/epoch_s`` and in the next validation's ``time/elapsed_s``, not in ``time/val_s``.
 
     Not Lightning's ``Timer``: it logs nothing, and a ``Timer`` among the callbacks makes the Trainer ignore
     ``max_time`` (Lightning 2.x's callback connector), which the time-boxed runs rely on."""
