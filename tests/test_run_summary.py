@@ -116,6 +116,23 @@ def test_a_metric_logged_at_the_epoch_end_is_the_best_of_its_own_epoch(tmp_path:
     assert record["best"] == [pytest.approx(top), epoch]  # what a resumed run reports
 
 
+@pytest.mark.parametrize(
+    ("max_steps", "said"),
+    [(5, "2 epochs and 1 of the next one's 2 steps (5 steps)"), (4, "2 epochs, 4 steps")],
+    ids=["inside-an-epoch", "at-an-epoch-end"],
+)
+def test_a_fit_stopped_inside_an_epoch_says_how_much_of_it_trained(
+    tmp_path: Path, caplog, max_steps: int, said: str
+) -> None:
+    """Lightning counts the epoch a fit stopped in (max_steps, max_time) as trained: 5 steps of 2 an epoch read
+    "3 epochs"."""
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False, max_epochs=10, max_steps=max_steps)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    assert trainer.global_step == max_steps
+    assert f"fit ended after {said}, " in caplog.text
+
+
 def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:
     trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
     with caplog.at_level(logging.INFO):

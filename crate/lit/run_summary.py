@@ -45,6 +45,20 @@ def _weights_evaluated(trainer: L.Trainer, pl_module: L.LightningModule) -> str:
     return UNTRAINED
 
 
+def _epochs_trained(trainer: L.Trainer) -> str:
+    """The epochs and steps a fit trained: "N epochs, S steps", or where it stopped inside an epoch (``max_steps``,
+    ``max_time``), which Lightning counts as one more, the whole epochs and the steps of the one it stopped in."""
+    epochs, batches, total = trainer.current_epoch, trainer.num_training_batches, trainer.global_step
+    in_all = f"{counted(epochs, 'epoch')}, {counted(total, 'step')}"
+    if not isinstance(batches, int) or batches < 1:  # an iterable of unknown length
+        return in_all
+    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches)
+    whole, steps = divmod(total, per_epoch)
+    if steps == 0 or whole >= epochs:
+        return in_all
+    return f"{counted(whole, 'epoch')} and {steps} of the next one's {per_epoch} steps ({counted(total, 'step')})"
+
+
 def _why_untrained(trainer: L.Trainer) -> str:
     """Why a fit trained no step: a batch limit of 0, no training batches, ``max_epochs`` / ``max_steps`` of 0, or
     a resumed checkpoint that had already reached them."""
@@ -272,10 +286,7 @@ class RunSummary(Callback):
         name, _ = self._monitor(pl_module)
         session = time.perf_counter() - self._fit_start
         resumed = f" ({_duration(session)} since the resume)" if self._carried_s else ""
-        lines = [
-            f"fit ended after {counted(trainer.current_epoch, 'epoch')}, {counted(trainer.global_step, 'step')}, "
-            f"{_duration(self.elapsed())}{resumed}"
-        ]
+        lines = [f"fit ended after {_epochs_trained(trainer)}, {_duration(self.elapsed())}{resumed}"]
         if trainer.log_dir:
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")
         if not self._trained:
