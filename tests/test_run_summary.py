@@ -192,6 +192,8 @@ def test_known_noise_is_dropped_by_its_exact_text_and_nothing_else() -> None:
         for message in (
             "The number of training batches (8) is smaller than the logging interval Trainer(log_every_n_steps=10).",
             "Checkpoint directory /r/version_0/checkpoints exists and is not empty.",
+            "LightningCLI's args parameter is intended to run from within Python like if it were from the command "
+            "line. To prevent mistakes ...",
             "The dirpath has changed from '/a' to '/b', therefore `best_model_score` ... won't be reloaded.",
         ):
             warnings.warn(message, UserWarning, stacklevel=1)

@@ -10,7 +10,10 @@
   mean loss (``train/loss_epoch``) is logged whatever the interval;
 - Lightning's "Checkpoint directory ... exists and is not empty" when a run resumes into its own folder (a new
   run always gets a new ``version_N`` folder);
-- timm's "Cosine annealing scheduler will have no effect" for a one-epoch schedule (the warm-up still applies).
+- timm's "Cosine annealing scheduler will have no effect" for a one-epoch schedule (the warm-up still applies);
+- Lightning's "LightningCLI's args parameter is intended to run from within Python": ``pretrain.py`` gives the CLI
+  its command line less its own ``--objective``, which stays in ``sys.argv`` for the processes a DDP run starts
+  with that command line.
 
 Lightning's "The dirpath has changed" stays: it says that a run whose recorded checkpoint files are not in its
 folder forgets its best score (:class:`crate.lit.checkpoint_folder.SameFolderCheckpoints` keeps it where they are)."""
@@ -26,6 +29,7 @@ _LOGGED = ("💡 Tip: For seamless cloud logging", "Cosine annealing scheduler w
 _WARNED = (
     r"The number of training batches \(\d+\) is smaller than the logging interval",
     r"Checkpoint directory .* exists and is not empty",
+    r"LightningCLI's args parameter is intended to run from within Python",
 )
 
 
