@@ -190,6 +190,15 @@ def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_
     _ok(run_in_process("validate", "--config", config, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", "best"))
     assert (runs / "version_0" / "config.validate.yaml").is_file()  # it logged into the run it evaluated
     assert not (runs / "version_1" / "config.validate.yaml").exists()
+    # a run moved elsewhere, resumed with its own config alone: it goes on in its folder (it started afresh, in a
+    # new version under the log_root its config names)
+    moved = tmp_path / "moved" / "vit_nano_digits" / "version_0"
+    shutil.copytree(runs / "version_0", moved, symlinks=True)
+    resume = ["fit", "--config", str(moved / "config.yaml"), *QUIET, "--trainer.max_epochs", "2"]
+    _ok(run_in_process(*resume, "--trainer.limit_train_batches", "3", "--ckpt_path", "last"))
+    with (moved / "metrics.csv").open() as handle:
+        assert {row["epoch"] for row in csv.DictReader(handle) if row.get("val/acc")} >= {"0", "1"}
+    assert sorted(p.name for p in moved.parent.iterdir()) == ["version_0"]
 
 
 def test_a_resume_from_an_earlier_checkpoint_leaves_one_history_in_metrics_csv(tmp_path: Path, vit_run: Path) -> None:

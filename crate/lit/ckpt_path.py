@@ -15,7 +15,14 @@ from crate.run.record import recorded_best
 
 from .run_record import PROGRAMS, module_kind
 
-__all__ = ["best_recorded", "check_checkpoint_model", "check_readable", "resolve_checkpoint", "run_location"]
+__all__ = [
+    "best_recorded",
+    "check_checkpoint_model",
+    "check_readable",
+    "of_given_run",
+    "resolve_checkpoint",
+    "run_location",
+]
 
 
 def run_location(ckpt_path: str | None, log_root: str, run_name: str, anywhere: bool) -> tuple[str, str, int | None]:
@@ -79,6 +86,15 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "Ima
             f"{held.describe()}, but this config builds {model_name}: pass --model.model_name {saved} "
             "(or the config.yaml of that run) to use this checkpoint"
         )
+
+
+def of_given_run(ckpt_path: str | None, configs: Sequence[str]) -> bool:
+    """Whether ``ckpt_path`` lies in the run folder of one of the ``configs`` (``RUN/version_N/config.yaml``,
+    ``RUN/version_N/checkpoints/FILE``): the run the command names, wherever the folder now lies."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return False
+    run = Path(ckpt_path).resolve().parent.parent
+    return any(Path(config).resolve().parent == run for config in configs)
 
 
 def _beside_configs(configs: Sequence[str]) -> list[Path]:

@@ -31,7 +31,7 @@ from crate.run.resume_check import check_evaluation_data, check_resume_data, che
 from .batch_limits import WholeBatchCountsConfig, whole_batch_counts
 from .built_weights import check_built_head, warn_of_seen_images
 from .checkpoint_folder import SameFolderCheckpoints
-from .ckpt_path import check_checkpoint_model, check_readable, resolve_checkpoint, run_location
+from .ckpt_path import check_checkpoint_model, check_readable, of_given_run, resolve_checkpoint, run_location
 from .classical_baseline import ClassicalBaseline
 from .config_program import config_files, program_of_configs
 from .cpu_precision import warn_if_slow_bf16
@@ -261,8 +261,11 @@ class CrateCLI(LightningCLI):
         if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
             log_root, run_name = str(Path(config["log_root"])), config["run_name"]
-            evaluating = self.subcommand != "fit"  # validate, test and predict write into the run they evaluate
-            log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, evaluating)
+            # validate, test and predict write into the run they evaluate, and so does a fit given that run's own
+            # config.yaml (wherever its folder now lies); another fit from a run's file starts a new version
+            configs = [str(path) for path in config.get("config") or []]
+            anywhere = self.subcommand != "fit" or of_given_run(config.get("ckpt_path"), configs)
+            log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
             if version is not None and self.subcommand != "fit":
                 # into an existing run's folder: keep its config.yaml, save this one beside it
                 self.save_config_kwargs = dict(
