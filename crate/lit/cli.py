@@ -169,8 +169,9 @@ class CrateCLI(LightningCLI):
         if not subcommand or "ckpt_path" not in self.config[subcommand]:
             return
         config = self.config[subcommand]
-        configs = [str(path) for path in config.get("config") or []]
-        path = resolve_checkpoint(config["ckpt_path"], config["log_root"], config["run_name"], subcommand, configs)
+        path = resolve_checkpoint(
+            config["ckpt_path"], config["log_root"], config["run_name"], subcommand, _given_configs(config)
+        )
         config["ckpt_path"] = path
         if path is not None and Path(path).is_file():
             module = self.model_class.__name__
@@ -263,8 +264,7 @@ class CrateCLI(LightningCLI):
             log_root, run_name = str(Path(config["log_root"])), config["run_name"]
             # validate, test and predict write into the run they evaluate, and so does a fit given that run's own
             # config.yaml (wherever its folder now lies); another fit from a run's file starts a new version
-            configs = [str(path) for path in config.get("config") or []]
-            anywhere = self.subcommand != "fit" or of_given_run(config.get("ckpt_path"), configs)
+            anywhere = self.subcommand != "fit" or of_given_run(config.get("ckpt_path"), _given_configs(config))
             log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
             if version is not None and self.subcommand != "fit":
                 # into an existing run's folder: keep its config.yaml, save this one beside it
@@ -292,6 +292,11 @@ class CrateCLI(LightningCLI):
         warn_if_slow_bf16(trainer, self.resumed.path if self.resumed is not None else None)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
+
+
+def _given_configs(config: Any) -> list[str]:
+    """The ``--config`` files of the command, in order."""
+    return [str(path) for path in config.get("config") or []]
 
 
 def drop_unscored_best(trainer: Trainer, module: L.LightningModule, subcommand: str) -> None:
