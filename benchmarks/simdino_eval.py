@@ -27,7 +27,7 @@ import numpy as np
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data, load_run
 from crate.interpret.controls import initialised
-from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores, same_inputs
+from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores, same_inputs, unscorable
 
 
 def markdown(saved: dict[str, Any]) -> str:
@@ -80,6 +80,8 @@ def main() -> None:
         if not same_inputs(model, first):
             raise SystemExit(f"simdino_eval.py: {label} takes other inputs (mean, std or size) than the first encoder")
     data = load_data(data_config, next(iter(models.values())), limit=None)
+    if why := unscorable(data):
+        raise SystemExit(f"simdino_eval.py: {data.name}: {why}; score it on data of several classes")
     results = {}
     for label, model in models.items():
         results[label] = {"model": type(model).__name__, **frozen_feature_scores(model, data)}

@@ -35,7 +35,7 @@ from torch.utils.data import Dataset
 from crate.errors import one_line
 from crate.interpret import EvalData, load_data
 from crate.interpret.controls import initialised, remember_build
-from crate.interpret.frozen_features import frozen_feature_scores, same_inputs
+from crate.interpret.frozen_features import frozen_feature_scores, same_inputs, unscorable
 from crate.layers import patch_embed_in_chans
 from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
@@ -325,11 +325,8 @@ def _measure(
     reloaded = timm.create_model(load[0], **load[1])  # the card's load line
     folder = timm.create_model(f"local-dir:{hub}", pretrained=True) if hub is not None and out is not None else None
     if eval_data is not None:
-        if (classes := len(set(eval_data.train_labels.tolist()) | set(eval_data.val_labels.tolist()))) < 2:
-            return _Measured(
-                note=f"its frozen features are not scored: its run's data has {classes} class, and the k-NN and "
-                "the probe need labelled images of 2 or more"
-            )
+        if why := unscorable(eval_data):
+            return _Measured(note=f"its frozen features are not scored: {why}")
         frozen = _score_encoder(reloaded, load, eval_data, controls)
         if folder is not None and frozen_feature_scores(folder, eval_data) != frozen["this file"]:
             raise CheckpointError(f"the hub folder {hub} does not reproduce {out}'s k-NN and probe scores")

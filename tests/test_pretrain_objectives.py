@@ -105,7 +105,9 @@ def test_a_config_given_to_another_program_names_the_command_that_takes_it(
 
 
 @pytest.mark.parametrize("case", ["one class", "knn off"])
-def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(tmp_path: Path, caplog, capsys, case: str) -> None:
+def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(
+    tmp_path: Path, caplog, capsys, monkeypatch, case: str
+) -> None:
     """Unlabelled images lie in one class folder: SimDINO trains on them, keeps its latest state and says that it
     has no best checkpoint and why (it failed at its first validation, nothing saved). Its export is not scored;
     the white-box report's probes refuse its data, naming the data rather than the sample size."""
@@ -141,6 +143,11 @@ def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert any(record.getMessage().startswith(f"no val/knn_acc: {why}") for record in caplog.records)
     card = export_checkpoint(checkpoints / "last.ckpt", tmp_path / "encoder.safetensors")
+    from benchmarks import simdino_eval
+
+    monkeypatch.setattr("sys.argv", ["simdino_eval.py", "--encoder", str(checkpoints / "last.ckpt")])
+    with pytest.raises(SystemExit, match="its data has 1 class, and the k-NN and the probe need labelled images"):
+        simdino_eval.main()
     assert card.get("frozen_features") is None and "has 1 class" in (tmp_path / "encoder.md").read_text()
     from crate.interpret.__main__ import main
 

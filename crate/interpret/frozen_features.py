@@ -14,7 +14,7 @@ from crate.metrics.knn import weighted_knn_accuracy
 
 from .evaluate import linear_probe
 
-__all__ = ["KNN_K", "KNN_TEMPERATURE", "frozen_feature_scores", "pooled_features", "same_inputs"]
+__all__ = ["KNN_K", "KNN_TEMPERATURE", "frozen_feature_scores", "pooled_features", "same_inputs", "unscorable"]
 
 KNN_K, KNN_TEMPERATURE = 20, 0.07
 
@@ -34,6 +34,15 @@ def pooled_features(model: nn.Module, images: torch.Tensor, batch_size: int = 50
         tokens = model.forward_features(images[start : start + batch_size])
         chunks.append(model.forward_head(tokens, pre_logits=True).float())
     return torch.cat(chunks)
+
+
+def unscorable(data: Any) -> str | None:
+    """Why :func:`frozen_feature_scores` cannot score features on ``data`` (its images hold fewer than two
+    classes: unlabelled images in one class folder), or None."""
+    classes = len(set(data.train_labels.tolist()) | set(data.val_labels.tolist()))
+    if classes >= 2:
+        return None
+    return f"its data has {classes} class, and the k-NN and the probe need labelled images of 2 or more"
 
 
 def frozen_feature_scores(model: nn.Module, data: Any) -> dict[str, Any]:
