@@ -6,6 +6,7 @@ random init; a data module without multi-crop views is refused."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -153,7 +154,7 @@ def _numpy_knn(bank: np.ndarray, bank_labels: np.ndarray, queries: np.ndarray, l
 
 
 def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_random_init(
-    tmp_path: Path, monkeypatch, capsys
+    tmp_path: Path, monkeypatch, capsys, caplog
 ) -> None:
     torch.manual_seed(0)
     images = _folder(tmp_path / "images", per_class=12)
@@ -213,6 +214,14 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
         assert torch.equal(from_hub(val), teacher(val))
     assert "label_names" not in json.loads((folder / "config.json").read_text())
     assert read_checkpoint(out).label_names is None  # nor does the file
+    # a classifier fine-tuned from the encoder file is told its head is new, and that the weights had none
+    from crate.lit import ImageClassifier
+    from crate.lit.built_weights import check_built_head
+
+    classifier = ImageClassifier("crate_nano_patch4_32", num_classes=2, img_size=32, pretrained_file=str(out))
+    with caplog.at_level(logging.INFO):
+        check_built_head(classifier, ["a", "b"], "images", "fit")
+    assert "a new head for the data's 2 classes (the weights are an encoder, without a classifier)" in caplog.text
     assert (
         from_hub.pretrained_cfg.get("label_names") is None
         and "- image-feature-extraction" in (folder / "README.md").read_text()

@@ -9,6 +9,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import nn
 
 from crate.models import CheckpointError, names_weights_tag, read_checkpoint
 from crate.run.held_out import check_label_names, class_difference, shown_classes
@@ -17,6 +18,12 @@ from crate.run.resume_check import split_changes
 __all__ = ["check_built_head", "head_from_weights", "warn_of_seen_images", "warn_of_unloaded_tag"]
 
 EVALUATIONS = ("validate", "test", "predict")
+
+
+def _held_head(model: nn.Module) -> str:
+    """What the weights' own head was: its classes, or none (an encoder's weights)."""
+    held = model.pretrained_cfg.get("num_classes")
+    return f"the weights' head has {held} classes" if held else "the weights are an encoder, without a classifier"
 
 
 def head_from_weights(module: L.LightningModule) -> bool | None:
@@ -53,18 +60,16 @@ def check_built_head(module: L.LightningModule, classes: Any, data: str, subcomm
     model = module.model
     if not kept:
         if subcommand in EVALUATIONS:
-            held = model.pretrained_cfg.get("num_classes")
             rank_zero_warn(
-                f"{subcommand} uses {_weights_name(module)} under a new, untrained head: the weights' head has "
-                f"{held or 'no'} classes and the data {model.num_classes}, so its figures are those of a random "
+                f"{subcommand} uses {_weights_name(module)} under a new, untrained head: {_held_head(model)} and "
+                f"the data {model.num_classes} classes, so its figures are those of a random "
                 "classifier on their features; fine-tune it on this data first (fit), or give it data of the "
                 "weights' classes"
             )
         elif subcommand == "fit":
-            held = model.pretrained_cfg.get("num_classes")
             rank_zero_info(
-                f"{_weights_name(module)}: a new head for the data's {model.num_classes} classes (the weights' head "
-                f"has {held or 'no'} classes), trained from random initialization"
+                f"{_weights_name(module)}: a new head for the data's {model.num_classes} classes "
+                f"({_held_head(model)}), trained from random initialization"
             )
         return
     if subcommand in EVALUATIONS:
