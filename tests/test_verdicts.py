@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -186,6 +187,21 @@ def test_sparsity_within_the_seeds_is_not_a_finding() -> None:
     # the shipped CIFAR-10 CRATE's figures: 0.64 against three seeds 0.62-0.63 is within another seed's reach
     seeds = [_figures(zeros=z) for z in (0.621, 0.626, 0.628)]
     assert "not a finding" in _line(plain_verdicts("m", _result(_figures(zeros=0.64), seeds)), "- Sparsity")
+
+
+def test_a_figure_beyond_the_seeds_reach_is_shown_apart_from_it() -> None:
+    """Just past another draw's reach, at 2 decimals the figure and the bound read the same ("0.56 ... another draw
+    0.51-0.56"): the sentence shows as many as set them apart."""
+    zeros = (0.5295, 0.5358, 0.5259)
+    reach = draw_interval(zeros, limits=(0.0, 1.0))[1]
+    line = _line(plain_verdicts("m", _result(_figures(zeros=reach + 0.001), [_figures(zeros=z) for z in zeros])), "- S")
+    shown, bound = re.search(r"\(([\d.]+) of entries zero; .*another draw [\d.]+-([\d.]+)\)", line).groups()
+    assert "sparser" in line and float(shown) > float(bound), line
+    ranks = (5.39, 5.52, 5.77)  # the same for the attention maps' effective rank, lower being the claim
+    low = draw_interval(ranks)[0]
+    line = _line(plain_verdicts("m", _result(_figures(rank=low - 0.001), [_figures(rank=r) for r in ranks])), "- A")
+    shown, bound = re.search(r"effective rank ([\d.]+), random init .*another draw ([\d.]+)-", line).groups()
+    assert float(shown) < float(bound), line
 
 
 def _term_summary(trained: float, shared: float, iid: float, aligned: float, null_aligned: float) -> dict[str, Any]:

@@ -155,6 +155,15 @@ def _either_way(trained: float, intervals: Sequence[tuple[float, float]]) -> Dir
     return None
 
 
+def _digits_apart(trained: float, interval: tuple[float, float], side: Direction | None, digits: int = 2) -> int:
+    """Decimals that show a figure said to lie beyond a control's interval apart from the bound it passes (at 2,
+    0.5564 beyond 0.5553 read "0.56" beside "0.51-0.56"); ``digits`` where it lies within it."""
+    bound = interval[1] if side == "higher" else interval[0]
+    while side is not None and digits < 6 and f"{trained:.{digits}f}" == f"{bound:.{digits}f}":
+        digits += 1
+    return digits
+
+
 def _beyond_shared_null(summary: Mapping[str, Any]) -> int:
     """How many layers' attention steps lower R^c beyond the shared-vector null (a compression summary)."""
     return sum(bool(v["beyond_shared_null"]) for v in layer_verdicts(summary))
@@ -194,8 +203,13 @@ def _sparsity(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | None
     seeds = _seeds(initial, "code_zeros")
     if mine["code_zeros"] is None or not seeds:
         return None
-    side = _either_way(mine["code_zeros"], [draw_interval(seeds, limits=SHARE)])
-    said = f"{mine['code_zeros']:.2f} of entries zero; random init over {len(seeds)} seeds {_span(seeds, 2, SHARE)}"
+    interval = draw_interval(seeds, limits=SHARE)
+    side = _either_way(mine["code_zeros"], [interval])
+    digits = _digits_apart(mine["code_zeros"], interval, side)
+    said = (
+        f"{mine['code_zeros']:.{digits}f} of entries zero; random init over {len(seeds)} seeds "
+        f"{_span(seeds, digits, SHARE)}"
+    )
     if side is None:
         return f"- Sparsity: not a finding: the codes' share of zeros lies within the random init's ({said})."
     return f"- Sparsity: the codes are {'sparser' if side == 'higher' else 'denser'} than at initialisation ({said})."
@@ -207,8 +221,10 @@ def _attention(mine: Mapping[str, Any], initial: Mapping[str, Any]) -> str | Non
     ranks = _seeds(initial, "effective_rank")
     if mine["effective_rank"] is None or not ranks:
         return None
-    side = _either_way(mine["effective_rank"], [draw_interval(ranks)])
-    said = f"effective rank {mine['effective_rank']:.2f}, random init {_span(ranks, 2)}"
+    interval = draw_interval(ranks)
+    side = _either_way(mine["effective_rank"], [interval])
+    digits = _digits_apart(mine["effective_rank"], interval, side)
+    said = f"effective rank {mine['effective_rank']:.{digits}f}, random init {_span(ranks, digits)}"
     if side is None:
         return f"- Attention: not a finding: the maps' effective rank lies within the random init's ({said})."
     focused = side == "lower"
