@@ -95,6 +95,11 @@ def test_verdict_names_the_first_control_that_reaches_the_figure() -> None:
     )
     assert verdict(2.0, {"random init": [2.5, 1.5]}, "lower")[0] is False  # a seed as low: chance reaches it
     assert verdict(0.9, {"layer 0": 0.9}, "higher")[0] is False  # reaching is enough, passing is not needed
+    # a figure just past a control reads apart from it (at 3 decimals both were 0.980)
+    assert verdict(0.98046, {"layer 0": 0.9804, "chance": 0.1}, "higher") == (
+        True,
+        "0.9805, beyond layer 0 0.9804 and chance 0.1000",
+    )
 
 
 def test_a_probe_that_layer_0_or_the_random_init_reaches_is_not_a_finding() -> None:
