@@ -71,6 +71,34 @@ def test_an_image_folder_s_train_set_is_its_evaluation_form_and_only_the_trainin
     assert not any(torch.equal(image, form) for image in images for form in forms)
 
 
+@pytest.mark.parametrize(
+    ("layout", "given", "said"),
+    [
+        ({"train": "train", "val": "valid"}, ".", "; rename (or link) valid/ to val/"),
+        (
+            {"train": "training", "val": "validation"},
+            ".",
+            "; rename (or link) training/ to train/ and validation/ to val/",
+        ),
+        ({"train": "train", "val": "val"}, "train", "is a split of the data root: give its parent, "),
+        ({"train": "."}, ".", "; it holds class folders (a, b) itself: move them into train/, and a share of each"),
+        ({"train": "train"}, ".", "; move a share of each class's images from train/<class>/ into val/<class>/"),
+    ],
+    ids=["valid", "training-validation", "a-split", "class-folders", "no-val"],
+)
+def test_a_root_without_its_splits_says_what_it_holds_instead(
+    tmp_path: Path, layout: dict[str, str], given: str, said: str
+) -> None:
+    """Common layouts that are not train/ and val/: the refusal says what to rename or move (it said only what the
+    root lacks)."""
+    made, root = write_image_folder(tmp_path / "made", ("a", "b"), per_class=2, size=8), tmp_path / "data"
+    for split, folder in layout.items():
+        shutil.copytree(made / split, root / folder, dirs_exist_ok=True)
+    with pytest.raises(FileNotFoundError, match="the data root must be a folder holding") as refused:
+        ImageFolderDataModule(str(root / given))
+    assert said in str(refused.value), str(refused.value)
+
+
 def test_missing_image_folder_root_gets_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(
         FileNotFoundError,

@@ -145,6 +145,39 @@ def _sampled_channels(root: Path, splits: list[str]) -> int:
     return 1
 
 
+_OTHER_NAMES = {"train": ("training", "Train", "TRAIN"), "val": ("valid", "validation", "Val", "VAL", "dev")}
+
+
+def _layout_hint(root: Path) -> str:
+    """What the folder holds instead of the splits, where that says what to do: it is a split itself, a split
+    has another name, class folders lie without splits, or there is no validation split."""
+    if not root.is_dir():
+        return ""
+    if root.name in ("train", "val", "test") and all((root.parent / split).is_dir() for split in ("train", "val")):
+        return f"; {root} is a split of the data root: give its parent, {root.parent}"
+    renamed = [
+        f"{other}/ to {split}/"
+        for split, others in _OTHER_NAMES.items()
+        if not (root / split).is_dir()
+        for other in others
+        if (root / other).is_dir()
+    ]
+    if renamed:
+        return f"; rename (or link) {' and '.join(renamed[:2])}"
+    scored = "(the images the run is scored on)"
+    if not (root / "train").is_dir() and not (root / "val").is_dir():
+        classes = [p.name for p in sorted(root.iterdir()) if p.is_dir() and next(_image_files(p), None) is not None]
+        if classes:
+            shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+            return (
+                f"; it holds class folders ({shown}) itself: move them into train/, and a share of each class's "
+                f"images into val/<class>/ {scored}"
+            )
+    if (root / "train").is_dir() and not (root / "val").is_dir():
+        return f"; move a share of each class's images from train/<class>/ into val/<class>/ {scored}"
+    return ""
+
+
 class DataRootError(FileNotFoundError):
     """A data root that lacks the splits the DataModule reads; each command adds the flag that sets the root."""
 
@@ -171,7 +204,7 @@ class FolderLayout:
             cifar10 = " (CIFAR-10's: make cifar10-data writes data/cifar10)" if root.name == "cifar10" else ""
             raise DataRootError(
                 f"ImageFolder root {root} lacks {', '.join(missing)}: the data root must be a folder holding "
-                f"train/<class>/<images> and val/<class>/<images>{cifar10}"
+                f"train/<class>/<images> and val/<class>/<images>{cifar10}{_layout_hint(root)}"
             )
         splits = ["train", "val"] + (["test"] if (root / "test").is_dir() else [])
         for split in splits:
