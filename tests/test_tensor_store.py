@@ -101,6 +101,12 @@ def test_missing_folder_mixed_sizes_and_unreadable_images_are_clear_errors(tmp_p
     Image.fromarray(np.zeros((9, 8, 3), dtype=np.uint8)).save(odd)
     with pytest.raises(DataError, match=r"big.jpg is 8x9 pixels .*one size.*ImageFolderDataModule"):
         _setup(tmp_path)
+    from crate.data import MultiCrop
+
+    views = MultiCrop(global_crops=2, local_crops=2, global_size=8, local_size=4)
+    with pytest.raises(DataError, match=r"one size; resize its images to one size first: self-distillation") as told:
+        _setup(tmp_path, multi_crop=views)  # the image-by-image module has no views: it is not named
+    assert "ImageFolderDataModule" not in str(told.value)
     odd.write_bytes(b"not an image")
     with pytest.raises(DataError, match=r"cannot read image .*big.jpg.*replace or remove"):
         _setup(tmp_path)

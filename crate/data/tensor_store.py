@@ -33,6 +33,7 @@ from .batch_augmentation import normalize
 from .batches import SeededBatch
 
 __all__ = [
+    "MixedSizes",
     "SeededStoredImages",
     "StoreError",
     "StoredImages",
@@ -47,6 +48,10 @@ STORE_FORMAT = "crate-zoo tensor store 1"
 
 class StoreError(ValueError):
     """A store file, or a source of one, that cannot be used, with what to do about it."""
+
+
+class MixedSizes(StoreError):
+    """A folder of images of more than one size, which one store cannot hold; what to do depends on its reader."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,9 @@ def _decode(samples: Sequence[tuple[Path, int]], read: Callable[[str], Image.Ima
     for i, (path, _) in enumerate(samples):
         array = first if i == 0 else np.asarray(read(str(path)))
         if array.shape != first.shape:
-            raise StoreError(
+            raise MixedSizes(
                 f"{path} is {array.shape[1]}x{array.shape[0]} pixels but {samples[0][0]} is "
-                f"{first.shape[1]}x{first.shape[0]}: a tensor store holds images of one size; resize the folder "
-                "or read it with ImageFolderDataModule (decoded and resized image by image)"
+                f"{first.shape[1]}x{first.shape[0]}: a tensor store holds images of one size"
             )
         images[i] = array
     if images.ndim == 3:  # one channel

@@ -32,7 +32,7 @@ from crate.data import (
     as_batch,
     pad_batch,
 )
-from crate.data.tensor_store import folder_store
+from crate.data.tensor_store import MixedSizes, folder_store
 
 from .base import DataError, ImageDataModule
 from .folder import FolderLayout
@@ -261,5 +261,13 @@ class StoredImageFolderDataModule(StoredImageDataModule):
                 for split in self.layout.splits
                 if split in splits
             }
+        except MixedSizes as err:
+            advice = (
+                "resize its images to one size first: self-distillation's views are drawn from a tensor store"
+                if self.multi_crop is not None
+                else "resize its images to one size, or read the folder image by image with "
+                "crate.lit.ImageFolderDataModule (configs/crate_nano_imagefolder.yaml)"
+            )
+            raise DataError(f"{err}; {advice}") from err
         except StoreError as err:
             raise DataError(str(err)) from err
