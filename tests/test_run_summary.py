@@ -131,6 +131,12 @@ def test_a_fit_stopped_inside_an_epoch_says_how_much_of_it_trained(
         trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
     assert trainer.global_step == max_steps
     assert f"fit ended after {said}, " in caplog.text
+    from crate.models import read_checkpoint
+    from crate.run.record import read_record
+
+    trainer.save_checkpoint(tmp_path / "end.ckpt")  # the state it ended in, as the CLI's latest checkpoint holds
+    record = read_record(read_checkpoint(tmp_path / "end.ckpt"))  # what a card says of the file
+    assert (record.epochs_trained, record.batches_into_epoch) == divmod(max_steps, 2)
 
 
 def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:

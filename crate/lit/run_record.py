@@ -11,6 +11,7 @@ import lightning as L
 
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY, settings_built_from_file
 from crate.run.record import (
+    BATCHES_PER_EPOCH_KEY,
     DATA_CONFIG_KEY,
     DATA_IDENTITY_KEY,
     MODULE_KEY,
@@ -64,6 +65,8 @@ class RunRecord:
         datamodule = getattr(trainer, "datamodule", None)
         if trainer is not None and (step := update_batch(trainer, datamodule))["batch_size"]:
             checkpoint[UPDATE_BATCH_KEY] = step  # the images of an optimizer step, which a resume must keep
+        if trainer is not None and isinstance(trainer.num_training_batches, int):
+            checkpoint[BATCHES_PER_EPOCH_KEY] = trainer.num_training_batches  # tells an epoch cut short
         config = getattr(datamodule, "data_config", None)
         if config is not None:
             checkpoint[DATA_CONFIG_KEY] = config

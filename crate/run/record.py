@@ -10,6 +10,7 @@ holds the file's entries as written), so the rest of the package never reads tho
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from crate.models import Checkpoint, file_sha256
 
 __all__ = [
     "BASELINE_KEY",
+    "BATCHES_PER_EPOCH_KEY",
     "DATA_CONFIG_KEY",
     "DATA_IDENTITY_KEY",
     "MODULE_KEY",
@@ -42,6 +44,7 @@ DATA_IDENTITY_KEY = "data_identity"  # what the run's data was: source, root, cl
 BASELINE_KEY = "classical_baseline"  # the classical models' scores on the run's own split
 UPDATE_BATCH_KEY = "update_batch"  # the images of an optimizer step: batch_size, processes, accumulate
 START_WEIGHTS_KEY = "start_weights"  # the file a run's weights started from (--model.pretrained_file): path, sha256
+BATCHES_PER_EPOCH_KEY = "batches_per_epoch"  # the training batches of one of the run's epochs
 
 # the command that trains each module kind, for messages
 PROGRAMS = {
@@ -109,8 +112,9 @@ def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
 def _progress(loaded: Mapping[str, Any]) -> tuple[int, int]:
     """Full epochs trained and batches of the next one, from Lightning's fit-loop progress: a file written at
     an epoch's end (or its validation) has processed that epoch; one written mid-epoch (an interrupt, a save
-    every N steps) has processed the epochs before it and some of its batches. Files without that progress:
-    the epoch they were written in, counted whole."""
+    every N steps), or at the end of an epoch cut short (``max_steps``, ``max_time``: its batches fewer than the
+    run's epoch holds), has processed the epochs before it and some of its batches. Files without that
+    progress: the epoch they were written in, counted whole."""
     epoch = int(loaded.get("epoch", -1))
     loop = (loaded.get("loops") or {}).get("fit_loop") or {}
     try:
@@ -118,6 +122,14 @@ def _progress(loaded: Mapping[str, Any]) -> tuple[int, int]:
         batches = int(loop["epoch_loop.batch_progress"]["current"]["processed"])
     except (KeyError, TypeError, ValueError):
         return epoch + 1, 0
+    per_epoch = loaded.get(BATCHES_PER_EPOCH_KEY)
+    accumulate = (loaded.get(UPDATE_BATCH_KEY) or {}).get("accumulate", 1)
+    if isinstance(per_epoch, int) and per_epoch > 0 and isinstance(accumulate, int) and accumulate > 0:
+        whole = int(loaded.get("global_step", 0)) // math.ceil(per_epoch / accumulate)
+        if whole < processed:  # an epoch cut short (max_steps, max_time), which Lightning counts as processed
+            return whole, batches
+        if batches >= per_epoch:  # the last epoch's whole count, not batches of the next (a save after fit)
+            return processed, 0
     return processed, (batches if processed == epoch else 0)
 
 
