@@ -57,8 +57,12 @@ def test_the_weight_adds_the_term_to_the_loss_and_its_gradient_reaches_the_subsp
         ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=-1)
     with pytest.raises(ValueError, match="objective_images >= 1"):
         ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.1, objective_images=0)
-    with pytest.raises(ValueError, match="for CRATE and CRATE-alpha"):
+    with pytest.raises(ValueError, match="for CRATE, CRATE-alpha, ToST and CBT"):
         ImageClassifier("vit_nano_patch4_32", in_chans=1, img_size=16, objective_weight=0.5)
+    for name in ("tost_nano_patch4_32", "cbt_nano_patch4_32"):  # the families the refusal names take the term
+        other = ImageClassifier(name, in_chans=1, img_size=16, objective_weight=0.5)
+        other.model(torch.randn(4, 1, 16, 16))
+        assert torch.isfinite(other.layer_objective.term())
 
 
 def test_the_term_is_float32_under_bf16_autocast() -> None:
