@@ -186,6 +186,11 @@ def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_
     )
     assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", own).startswith(str(runs / "version_0"))
     assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [VIT]) == str(later)  # as before
+    plain = tmp_path / "mine"  # a config of the user's own beside a checkpoints/ folder: not a run's own
+    shutil.copytree(runs / "version_0", plain, symlinks=True)
+    assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [str(plain / "config.yaml")]) == str(
+        later
+    )
     config = own[0]
     _ok(run_in_process("validate", "--config", config, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", "best"))
     assert (runs / "version_0" / "config.validate.yaml").is_file()  # it logged into the run it evaluated

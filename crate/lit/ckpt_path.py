@@ -98,9 +98,13 @@ def of_given_run(ckpt_path: str | None, configs: Sequence[str]) -> bool:
 
 
 def _beside_configs(configs: Sequence[str]) -> list[Path]:
-    """The ``last*.ckpt`` of the run whose own ``config.yaml`` is among ``configs`` (the last such), if any."""
+    """The ``last*.ckpt`` of the run whose own ``config.yaml`` is among ``configs`` (the last such, in a
+    ``version_N`` folder as a run writes it), if any."""
     for config in reversed(configs):
-        found = [p for p in Path(config).parent.glob("checkpoints/last*.ckpt") if p.exists()]
+        folder = Path(config).absolute().parent
+        if re.fullmatch(r"version_\d+", folder.name) is None:
+            continue
+        found = [p for p in folder.glob("checkpoints/last*.ckpt") if p.exists()]
         if found:
             return found
     return []
