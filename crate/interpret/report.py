@@ -454,11 +454,10 @@ PROBE_TEXT = (
 def _seeds_sentence(results: dict[str, dict[str, Any]]) -> str:
     """The untrained seeds the counts of layers beating their nulls were read against (``--count-seeds``), and
     how often another untrained draw would pass them all."""
-    seeds = sorted(
-        {int(seed) for r in results.values() for seed in r["controls"]["random_init"].get("null_counts_per_seed", {})}
-        if all(r.get("controls") for r in results.values())
-        else set()
-    )
+    if not all(result.get("controls") for result in results.values()):
+        return ""
+    counted = (result["controls"]["random_init"].get("null_counts_per_seed", {}) for result in results.values())
+    seeds = sorted({int(seed) for counts in counted for seed in counts})
     if not seeds:
         return ""
     run = len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1))

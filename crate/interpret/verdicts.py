@@ -110,8 +110,9 @@ def verdict(
         else:
             said = f"{label} reaches {reached:.{digits}f}" + (f" within {noise}" if short else "")
         return False, f"not a finding ({said})"
-    reaches_ = [_reach(values, direction, limits) for values in controls.values()]
-    digits = max([digits, *(_digits_apart(trained, (reach, reach), direction, digits) for reach in reaches_)])
+    # as many decimals as show the figure apart from every control's reach it passes
+    reach_of = [_reach(values, direction, limits) for values in controls.values()]
+    digits = max([digits, *(_digits_apart(trained, (reach, reach), direction, digits) for reach in reach_of)])
     beyond = " and ".join(f"{label} {_beyond(v, direction, digits, limits)}" for label, v in controls.items())
     return True, f"{trained:.{digits}f}, beyond {beyond}"
 

@@ -88,22 +88,23 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "Ima
         )
 
 
+def _own_runs(configs: Sequence[str]) -> list[Path]:
+    """The run folders among the configs' folders: a run writes its ``config.yaml`` in its ``version_N`` folder."""
+    folders = [Path(config).resolve().parent for config in configs]
+    return [folder for folder in folders if re.fullmatch(r"version_\d+", folder.name)]
+
+
 def of_given_run(ckpt_path: str | None, configs: Sequence[str]) -> bool:
     """Whether ``ckpt_path`` lies in the run folder of one of the ``configs`` (``RUN/version_N/config.yaml``,
     ``RUN/version_N/checkpoints/FILE``): the run the command names, wherever the folder now lies."""
     if ckpt_path is None or not Path(ckpt_path).is_file():
         return False
-    run = Path(ckpt_path).resolve().parent.parent
-    return any(Path(config).resolve().parent == run for config in configs)
+    return Path(ckpt_path).resolve().parent.parent in _own_runs(configs)
 
 
 def _beside_configs(configs: Sequence[str]) -> list[Path]:
-    """The ``last*.ckpt`` of the run whose own ``config.yaml`` is among ``configs`` (the last such, in a
-    ``version_N`` folder as a run writes it), if any."""
-    for config in reversed(configs):
-        folder = Path(config).absolute().parent
-        if re.fullmatch(r"version_\d+", folder.name) is None:
-            continue
+    """The ``last*.ckpt`` of the run whose own ``config.yaml`` is among ``configs`` (the last such), if any."""
+    for folder in reversed(_own_runs(configs)):
         found = [p for p in folder.glob("checkpoints/last*.ckpt") if p.exists()]
         if found:
             return found

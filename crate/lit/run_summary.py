@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.models import names_weights_tag
+from crate.run.record import epochs_and_steps
 from crate.wording import counted
 
 from .built_weights import head_from_weights
@@ -52,8 +53,7 @@ def _epochs_trained(trainer: L.Trainer) -> str:
     in_all = f"{counted(epochs, 'epoch')}, {counted(total, 'step')}"
     if not isinstance(batches, int) or batches < 1:  # an iterable of unknown length
         return in_all
-    per_epoch = math.ceil(batches / trainer.accumulate_grad_batches)
-    whole, steps = divmod(total, per_epoch)
+    whole, steps, per_epoch = epochs_and_steps(total, batches, trainer.accumulate_grad_batches)
     if steps == 0 or whole >= epochs:
         return in_all
     return f"{counted(whole, 'epoch')} and {steps} of the next one's {per_epoch} steps ({counted(total, 'step')})"

@@ -30,6 +30,7 @@ __all__ = [
     "START_WEIGHTS_KEY",
     "UPDATE_BATCH_KEY",
     "FileRecord",
+    "epochs_and_steps",
     "module_kind",
     "read_record",
     "recorded_best",
@@ -109,6 +110,13 @@ def _peak_lr(loaded: Mapping[str, Any]) -> float | None:
     return None
 
 
+def epochs_and_steps(global_step: int, batches_per_epoch: int, accumulate: int = 1) -> tuple[int, int, int]:
+    """(whole epochs, optimizer steps into the next, steps an epoch) of ``global_step`` steps, an epoch of
+    ``batches_per_epoch`` batches taking one step per ``accumulate`` of them and one for a shorter last window."""
+    per_epoch = math.ceil(batches_per_epoch / accumulate)
+    return (*divmod(global_step, per_epoch), per_epoch)
+
+
 def _progress(loaded: Mapping[str, Any]) -> tuple[int, int]:
     """Full epochs trained and batches of the next one, from Lightning's fit-loop progress: a file written at
     an epoch's end (or its validation) has processed that epoch; one written mid-epoch (an interrupt, a save
@@ -125,7 +133,7 @@ def _progress(loaded: Mapping[str, Any]) -> tuple[int, int]:
     per_epoch = loaded.get(BATCHES_PER_EPOCH_KEY)
     accumulate = (loaded.get(UPDATE_BATCH_KEY) or {}).get("accumulate", 1)
     if isinstance(per_epoch, int) and per_epoch > 0 and isinstance(accumulate, int) and accumulate > 0:
-        whole = int(loaded.get("global_step", 0)) // math.ceil(per_epoch / accumulate)
+        whole, _, _ = epochs_and_steps(int(loaded.get("global_step", 0)), per_epoch, accumulate)
         if whole < processed:  # an epoch cut short (max_steps, max_time), which Lightning counts as processed
             return whole, batches
         if batches >= per_epoch:  # the last epoch's whole count, not batches of the next (a save after fit)
