@@ -771,3 +771,20 @@ def test_a_comparison_of_models_read_on_different_data_names_each_model_s_data(t
     main(["--model", tag, "--compare", tag, "-", "--out", str(tmp_path / "same"), *quick])
     header = (tmp_path / "same" / "report.md").read_text().splitlines()[2]
     assert header.count("Data: digits (val_fraction=0.2, split_seed=0).") == 1 and "own run's data" not in header
+
+
+def test_report_counts_a_masked_pretraining_decoder_apart() -> None:
+    """A CRATE-MAE pretraining model is read as its encoder: the report gives the decoder's share of the
+    parameters apart, and the encoder's count is that of the same encoder built without a decoder."""
+    from crate.interpret.evaluate import _decoder_parameters
+    from crate.interpret.report import _parameters
+
+    encoder = timm.create_model("crate_mae_nano_patch4_32", num_classes=0)
+    pretraining = timm.create_model("crate_mae_nano_patch4_32", num_classes=0, decoder_depth=2)
+    total, alone = (sum(p.numel() for p in m.parameters()) for m in (pretraining, encoder))
+    decoder = _decoder_parameters(pretraining)
+    assert _decoder_parameters(encoder) == 0 and total - decoder == alone > 0
+    assert _parameters({"parameters": total, "decoder_parameters": decoder}) == (
+        f"{total:,} (encoder {alone:,}, decoder {total - alone:,})"
+    )
+    assert _parameters({"parameters": alone, "decoder_parameters": 0}) == f"{alone:,}"

@@ -316,6 +316,13 @@ def figure_controls(
     }
 
 
+def _decoder_parameters(model: nn.Module) -> int:
+    """The parameters of a masked-pretraining decoder (CRATE-MAE's ``decoder_*`` and ``mask_token``), counted in
+    ``parameters`` though no figure of the report reads them but the reconstruction; 0 without one."""
+    names = ("decoder_", "mask_token")
+    return sum(p.numel() for name, p in model.named_parameters() if name.startswith(names))
+
+
 @torch.no_grad()
 def evaluate_model(
     model: nn.Module,
@@ -346,6 +353,7 @@ def evaluate_model(
         # query = key: symmetric PSD scores by construction, whatever the weights
         "shared_query_key": all(getattr(b.attn, "shared_query_key", False) for b in transformer_blocks(model)),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "decoder_parameters": _decoder_parameters(model),
         "data": data.name,
         "val_accuracy": accuracy,
         "val_images": len(data.val_set),

@@ -159,6 +159,12 @@ def _falls(before: list[float], after: list[float | None]) -> str:
     return f"falls in {falls}/{len(pairs)} layers: {_arrows(*zip(*pairs, strict=True))}"
 
 
+def _parameters(result: dict[str, Any]) -> str:
+    """The model's parameters; a masked-pretraining decoder's apart, as the encoder is what the figures read."""
+    total, decoder = result["parameters"], result.get("decoder_parameters") or 0
+    return f"{total:,}" + (f" (encoder {total - decoder:,}, decoder {decoder:,})" if decoder else "")
+
+
 def _compression_row(result: dict[str, Any], convention: str, stem: str) -> str:
     """The trained figure, then the same architecture at its initialisation and the update negated, where the
     result has controls (the other directions are in the compression-controls table)."""
@@ -258,7 +264,7 @@ def _summary_rows(results: dict[str, dict[str, Any]]) -> str:
         "validation accuracy": lambda r: (
             "n/a (no head)" if r["val_accuracy"] is None else f"{r['val_accuracy']:.4f} on {r['val_images']} images"
         ),
-        "parameters": lambda r: f"{r['parameters']:,}",
+        "parameters": _parameters,
         "R^c(LN Z \\| U) across attention, official (eps 0.01)": lambda r: _compression_row(r, "official", "Rc"),
         "R^c(LN Z \\| U) across attention, paper (eps 0.5)": lambda r: _compression_row(r, "paper", "Rc"),
         "compression against its controls, official": lambda r: _verdict_row(r, "official"),
