@@ -229,7 +229,11 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
     assert data.val_masks.shape == (4, 32, 32)
     columns = data.val_masks.float().mean(dim=(0, 1))
     assert columns[:14].min() == 1 and columns[18:].max() == 0  # the left half stays the left half
-    next((tmp_path / "masks").rglob("*.png")).unlink()
+    first = next((tmp_path / "masks").rglob("*.png"))
+    Image.fromarray(np.zeros((24, 20), dtype=np.uint8)).save(first)  # turned: not its image's 24x20 pixels
+    with pytest.raises(ValueError, match=r"is 20x24 pixels and its image .* 24x20: save each mask at its image's"):
+        load_data(str(config), model, masks=str(tmp_path / "masks"))
+    first.unlink()
     with pytest.raises(FileNotFoundError, match="no mask for"):
         load_data(str(config), model, masks=str(tmp_path / "masks"))
     with pytest.raises(ValueError, match="strokes"):

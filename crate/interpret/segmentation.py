@@ -95,7 +95,8 @@ def load_mask_folder(
     mask_root: str | Path, image_paths: list[str], image_root: str | Path, transform: object
 ) -> torch.Tensor:
     """Masks for images ``image_root/<rel>/<stem>.<ext>``, read from ``mask_root/<rel>/<stem>.<any image ext>``,
-    put through the geometric part of the images' evaluation ``transform``; -> (B, H, W) boolean."""
+    each of its image's size, put through the geometric part of the images' evaluation ``transform``;
+    -> (B, H, W) boolean."""
     mask_root, image_root = Path(mask_root), Path(image_root)
     if not mask_root.is_dir():
         raise FileNotFoundError(f"mask folder {mask_root} does not exist")
@@ -108,7 +109,14 @@ def load_mask_folder(
         if not found:
             raise FileNotFoundError(f"no mask for {path}: expected {mask_root / relative}.png (or another image type)")
         try:
+            with Image.open(path) as image:
+                size = image.size
             with Image.open(found[0]) as image:
+                if image.size != size:  # resized and cropped as its image, it would cover other pixels
+                    raise ValueError(
+                        f"mask {found[0]} is {image.size[0]}x{image.size[1]} pixels and its image {path} "
+                        f"{size[0]}x{size[1]}: save each mask at its image's size"
+                    )
                 mask = geometry(image.convert("L"))
         except OSError as err:
             raise ValueError(f"cannot read mask {found[0]}: {err}") from err
