@@ -245,3 +245,36 @@ def test_a_run_from_a_file_takes_the_file_s_size_and_channels_whichever_way_it_i
     said = start_as_trained(Namespace(data=data, model=model))
     assert (data.init_args.img_size, data.init_args.in_chans) == (held.img_size(), held.in_chans()) == (32, 1)
     assert said.startswith(" (input 32, gray: as ") and said.endswith(f"{shipped} was trained)")
+
+
+def test_an_evaluation_reads_a_folder_at_the_size_and_channels_the_checkpoint_was_trained_at(
+    tmp_path: Path, caplog
+) -> None:
+    """ToST has no table of the input's size, so its weights load at any size: validating a run trained on 32 px
+    images on a folder of 48 px ones read them at 48 without a word. Like a run from pretrained weights, an
+    evaluation with its size and channels open now takes the checkpoint's, and says so."""
+    import logging
+
+    from benchmarks.common import write_image_folder
+
+    base = ["--config", FOLDER, "--model.model_name", "tost_nano_patch4_32", "--data.num_workers", "0"]
+    base += ["--trainer.enable_progress_bar", "false", "--log_root", str(tmp_path / "logs")]
+    small = write_image_folder(tmp_path / "small", classes=3, per_class=4, size=32, gray=False)
+    large = write_image_folder(tmp_path / "large", classes=3, per_class=4, size=48, gray=False)
+    fit = run_in_process(
+        "fit", *base, "--data.root", str(small), "--trainer.max_steps", "1", "--baseline.enabled", "false"
+    )
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    run = tmp_path / "logs" / "crate_nano_imagefolder" / "version_0"
+    with caplog.at_level(logging.INFO):
+        validate = run_in_process("validate", *base, "--data.root", str(large), "--ckpt_path", "last")
+    assert validate.returncode == 0, validate.stderr[-2000:]
+    read = yaml.safe_load((run / "config.validate.yaml").read_text())["data"]["init_args"]
+    assert (read["img_size"], read["in_chans"]) == (32, 3)  # the folder's own size would be 48
+    assert f"the folder's images are read (input 32, RGB: as --ckpt_path {run / 'checkpoints'}" in caplog.text
+    # a size given is kept, and said to be one the weights never saw
+    with pytest.warns(UserWarning, match=r"trained on 32 px images and validate reads them at 48 px"):
+        given = run_in_process(
+            "validate", *base, "--data.root", str(large), "--ckpt_path", "last", "--data.img_size", "48"
+        )
+    assert given.returncode == 0, given.stderr[-2000:]

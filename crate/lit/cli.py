@@ -8,6 +8,7 @@ import inspect
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
@@ -189,6 +190,8 @@ class CrateCLI(LightningCLI):
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
             self.input_note = start_as_trained(config)
+        elif self.held_checkpoint is not None:
+            self.input_note = start_as_trained(config, self.held_checkpoint)
 
     @property
     def resumed(self) -> Checkpoint | None:
@@ -247,6 +250,8 @@ class CrateCLI(LightningCLI):
             # or another image size is refused here, not when Lightning restores it after the run has started
             held = self.held_checkpoint
             refuse_misfit({f"model.{k}": v for k, v in held.state_dict.items()}, held.hparams)
+        if self.held_checkpoint is not None and self.subcommand != "fit":
+            warn_of_other_size(self.held_checkpoint, getattr(self.datamodule, "img_size", None), self.subcommand)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         for key, count in getattr(self, "batch_counts", {}).items():
@@ -348,13 +353,15 @@ def refuse_file_as_model_name(model_name: Any) -> None:
     )
 
 
-def start_as_trained(config: Any) -> str:
+def start_as_trained(config: Any, evaluated: Checkpoint | None = None) -> str:
     """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, a pretrained tag, or
-    ``model_kwargs``' ``pretrained_cfg_overlay`` file) and leaves the input size or channels open takes those the
-    weights were trained at, as timm fine-tunes a pretrained model at its own input size and reads every image in
-    its channels (gray replicated to RGB, colour to gray), instead of the folder's image side and channels (which
-    would resample the position embedding, or fold the first layer, of weights that never saw such inputs).
-    Returns what to say of it, or an empty string where nothing changed."""
+    ``model_kwargs``' ``pretrained_cfg_overlay`` file), or evaluates a run's checkpoint (``evaluated``: what
+    ``validate``, ``test`` or ``predict`` read from ``--ckpt_path``), and leaves the input size or channels open
+    takes those the weights were trained at, as timm fine-tunes a pretrained model at its own input size and reads
+    every image in its channels (gray replicated to RGB, colour to gray), instead of the folder's image side and
+    channels (which would resample the position embedding, or fold the first layer, of weights that never saw
+    such inputs; a model without a learned table of the input's size would be scored at another size without a
+    word). Returns what to say of it, or an empty string where nothing changed."""
     data, model = config.get("data") or {}, config.get("model") or {}
     args = data.get("init_args") or {}
     open_settings = [key for key in ("img_size", "in_chans") if key in args and args[key] is None]
@@ -363,7 +370,11 @@ def start_as_trained(config: Any) -> str:
     kwargs = model.get("model_kwargs") or {}
     overlay = kwargs.get("pretrained_cfg_overlay") if kwargs.get("pretrained") else None
     overlay_file = overlay.get("file") if hasattr(overlay, "get") else None
-    if model.get("pretrained_file") or overlay_file:
+    if evaluated is not None:
+        cfg = timm.models.get_pretrained_cfg(model.get("model_name") or "")
+        trained = {"img_size": evaluated.img_size(), "in_chans": evaluated.in_chans(None, _first_conv(cfg))}
+        source = f"--ckpt_path {evaluated.path}"
+    elif model.get("pretrained_file") or overlay_file:
         file = model.get("pretrained_file") or overlay_file
         checkpoint = read_checkpoint(file)
         cfg = timm.models.get_pretrained_cfg(model.get("model_name") or "")
@@ -382,6 +393,22 @@ def start_as_trained(config: Any) -> str:
         args["in_chans"] = trained["in_chans"]
         said.append("gray" if trained["in_chans"] == 1 else "RGB")
     return f" ({', '.join(said)}: as {source} was trained)" if said else ""
+
+
+def warn_of_other_size(held: Checkpoint, img_size: Any, subcommand: str | None) -> None:
+    """Warn where an evaluation reads its images at another size than ``held`` was trained at: a model without a
+    table of the input's size (ToST) loads at any size, and is then scored at a size it never saw."""
+    trained = held.img_size()
+    if trained is None or img_size is None or _pair(trained) == _pair(img_size):
+        return
+    rank_zero_warn(
+        f"--ckpt_path {held.path} was trained on {trained} px images and {subcommand} reads them at {img_size} px: "
+        f"its figures are of a size the weights never saw (--data.img_size {trained} reads them as trained)"
+    )
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, ...]:
+    return (int(size),) * 2 if isinstance(size, int) else tuple(int(side) for side in size)
 
 
 def _first_conv(cfg: Any) -> str:
@@ -415,6 +442,8 @@ def record_folder_recipe(config: Any, datamodule: Any, recipe: Any, fitting: boo
             "unless set (--data.img_size, --data.batch_size, --data.augmentation.*, --data.class_weights, "
             "--trainer.max_epochs)"
         )
+    elif input_note:
+        rank_zero_info(f"the folder's images are read{input_note}")
 
 
 # the run's own file and folder settings: a leading ~ is the user's home there, as a shell would expand it (it does
