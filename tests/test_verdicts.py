@@ -78,7 +78,7 @@ def test_a_model_no_different_from_its_initialisation_reads_as_a_finding_one_tim
 def test_verdict_names_the_first_control_that_reaches_the_figure() -> None:
     assert verdict(0.9, {"random init": [0.85, 0.95], "chance": 0.1}, "higher") == (
         False,
-        "not a finding (random init reaches 0.950)",
+        "0.900, not a finding (random init reaches 0.950)",
     )
     seeds = [0.87, 0.875, 0.88]  # another draw up to 0.875 + 4.303 * 0.005 * sqrt(4/3) = 0.900
     assert verdict(0.95, {"random init": seeds, "chance": 0.1}, "higher") == (
@@ -87,7 +87,7 @@ def test_verdict_names_the_first_control_that_reaches_the_figure() -> None:
     )
     assert verdict(0.89, {"random init": seeds, "chance": 0.1}, "higher") == (
         False,
-        "not a finding (random init: its 3 draws 0.870-0.880, another draw up to 0.900)",
+        "0.890, not a finding (random init: its 3 draws 0.870-0.880, another draw up to 0.900)",
     )
     assert verdict(0.9, {"layer 0": 0.88, "chance": 0.1}, "higher") == (
         True,
@@ -106,7 +106,9 @@ def test_a_probe_that_layer_0_or_the_random_init_reaches_is_not_a_finding() -> N
     seeds = [_figures(probes=(0.5, 0.6)), _figures(probes=(0.5, 0.61)), _figures(probes=(0.5, 0.62))]
     lines = plain_verdicts("m", _result(_figures(probes=(0.97, 0.98)), seeds))
     # 0.98 against 0.97: two standard errors of 0.98 on 360 images are 0.015
-    assert "not a finding (layer 0 reaches 0.970 within the noise of 360 images)" in _line(lines, "- Linear probe")
+    assert _line(lines, "- Linear probe") == (
+        "- Linear probe of the last layer: 0.980, not a finding (layer 0 reaches 0.970 within the noise of 360 images)."
+    )
     lines = plain_verdicts("m", _result(_figures(probes=(0.5, 0.7)), [*seeds, _figures(probes=(0.5, 0.75))]))
     assert "not a finding (the random init's last layer reaches 0.750)" in _line(lines, "- Linear probe")
     lines = plain_verdicts("m", _result(_figures(probes=(0.5, 0.9)), seeds))
@@ -125,7 +127,9 @@ def test_a_probe_that_layer_0_or_the_random_init_reaches_is_not_a_finding() -> N
 def test_segmentation_above_chance_but_below_the_random_inits_best_head_is_not_a_finding() -> None:
     seeds = [_figures(iou=0.342, chance=0.292), _figures(iou=0.33, chance=0.29), _figures(iou=0.336, chance=0.29)]
     lines = plain_verdicts("m", _result(_figures(iou=0.169, chance=0.111), seeds))
-    assert "not a finding (the random init's best head reaches 0.342)" in _line(lines, "- Segmentation")
+    assert _line(lines, "- Segmentation") == (
+        "- Segmentation (layer 1): the best head's IoU: 0.169, not a finding (the random init's best head reaches 0.342)."
+    )
     lines = plain_verdicts("m", _result(_figures(iou=0.5, chance=0.111), seeds))
     assert "0.500, beyond chance 0.111 and the random init's best head 0.330-0.342" in _line(lines, "- Segmentation")
 

@@ -86,7 +86,7 @@ def verdict(
     limits: Limits = UNBOUNDED,
 ) -> tuple[bool, str]:
     """(finding?, words): whether ``trained`` lies beyond every control in ``direction``, and the words that say
-    so: ``"0.981, beyond random init 0.950 and layer 0 0.930"``, or ``"not a finding (random init reaches
+    so: ``"0.981, beyond random init 0.950 and layer 0 0.930"``, or ``"0.981, not a finding (random init reaches
     0.990)"`` naming the first control that reaches or passes it. A control of several draws reaches as far as
     :func:`draw_interval` within the figure's ``limits`` (the words then name its draws); one within ``margin``
     of the figure (the figure's own noise, described by ``noise``) reaches it too."""
@@ -109,7 +109,7 @@ def verdict(
             said += f"{reached:.{digits}f}" + (f", within {noise}" if short else "")
         else:
             said = f"{label} reaches {reached:.{digits}f}" + (f" within {noise}" if short else "")
-        return False, f"not a finding ({said})"
+        return False, f"{trained:.{digits}f}, not a finding ({said})"
     # as many decimals as show the figure apart from every control's reach it passes
     reach_of = [_reach(values, direction, limits) for values in controls.values()]
     digits = max([digits, *(_digits_apart(trained, (reach, reach), direction, digits) for reach in reach_of)])
