@@ -3,6 +3,10 @@ figures against independent transcriptions of how the CRATE authors measure."""
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
+import lightning as L
 import numpy as np
 import pytest
 import timm
@@ -172,3 +176,60 @@ def test_rate_monitor_probes_a_class_mixed_sample_of_a_class_sorted_validation_s
         drawn = probe[:, 0, 0, 0].long().tolist()
         assert drawn == sample_order(500, 32) and len(set(drawn)) == 32
         assert len(set(labels[drawn].tolist())) >= 5  # first 32 images: class 0 only
+
+
+class _OwnModule(L.LightningModule):
+    """A LightningModule of a user's own: its network under another name than ``model``, dict samples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = timm.create_model("crate_nano_patch4_32", num_classes=3, img_size=16)
+
+    def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.net(batch["image"]), batch["label"])
+
+    def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch["image"]), batch["label"]))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class _Dicts(torch.utils.data.Dataset):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"label": self.labels[index], "image": self.images[index]}
+
+
+def test_rate_monitor_in_a_module_of_one_s_own(tmp_path: Path) -> None:
+    """The monitor measures a network the module keeps under another name than ``model``, on a dataset of dict
+    samples (the values logged at the end are those of the final network on the seeded probe of the samples'
+    images); a run without validation data trains to its end, the monitor switched off with a warning."""
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from crate.data.sampling import sample_order
+    from crate.lit.rate_monitor import CodingRateMonitor
+
+    torch.manual_seed(0)
+    images, labels = torch.randn(16, 3, 16, 16), torch.randint(0, 3, (16,))
+    loader = DataLoader(_Dicts(images, labels), batch_size=4)
+    settings = dict(max_epochs=1, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    module = _OwnModule()
+    logger = CSVLogger(tmp_path, name="own")
+    trainer = L.Trainer(callbacks=[CodingRateMonitor(every_n_steps=2, probe_size=4)], logger=logger, **settings)
+    trainer.fit(module, loader, loader)
+    with open(Path(logger.log_dir) / "metrics.csv") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("rate/R/layer_0")]
+    assert len(rows) >= 2  # every 2 steps and at the validation's end
+    expected = layer_rate_values(module.net.eval(), images[sample_order(16, 4)], quantities=("R",))
+    assert float(rows[-1]["rate/R/layer_0"]) == pytest.approx(expected["rate/R/layer_0"], rel=1e-5)
+    unvalidated = _OwnModule()
+    with pytest.warns(UserWarning, match="switched off: the run has no validation images"):
+        L.Trainer(callbacks=[CodingRateMonitor(every_n_steps=2)], logger=False, **settings).fit(unvalidated, loader)
+    assert unvalidated.trainer.global_step == 4  # trained to its end

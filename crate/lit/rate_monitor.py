@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -67,6 +68,52 @@ def rate_curves_figure(values: dict[str, float], title: str = "") -> Figure:
     return figure
 
 
+def monitored_model(pl_module: L.LightningModule) -> torch.nn.Module:
+    """The network a module trains: its ``model`` attribute, else its one child that has transformer blocks (a
+    module of one's own may call it anything)."""
+    model = getattr(pl_module, "model", None)
+    if isinstance(model, torch.nn.Module):
+        return model
+    candidates = [child for child in pl_module.children() if _has_blocks(child)]
+    if len(candidates) != 1:
+        found = "none" if not candidates else f"{len(candidates)}"
+        raise AttributeError(
+            f"{type(pl_module).__name__} has no `model` attribute and {found} of its submodules have transformer "
+            "blocks: keep the network to measure as `self.model`"
+        )
+    return candidates[0]
+
+
+def _has_blocks(module: torch.nn.Module) -> bool:
+    try:
+        transformer_blocks(module)
+    except (TypeError, AttributeError):
+        return False
+    return True
+
+
+class NoProbe(Exception):
+    """There are no validation images to draw the probe batch from (said in the message)."""
+
+
+def image_of(sample: Any) -> torch.Tensor:
+    """The image of one dataset sample: the sample itself, the first element of an ``(image, label)`` pair, or a
+    dict's ``image`` entry (else its first tensor of three dimensions)."""
+    if isinstance(sample, torch.Tensor):
+        return sample
+    if isinstance(sample, Mapping):
+        if isinstance(sample.get("image"), torch.Tensor):
+            return sample["image"]
+        sample = list(sample.values())
+    if isinstance(sample, (tuple, list)):
+        if sample and isinstance(sample[0], torch.Tensor):
+            return sample[0]
+        found = next((value for value in sample if isinstance(value, torch.Tensor) and value.ndim == 3), None)
+        if found is not None:
+            return found
+    raise NoProbe(f"no image tensor in a validation sample of type {type(sample).__name__}")
+
+
 class CodingRateMonitor(Callback):
     """Log the per-layer white-box quantities (R, R^c before/after each attention step, sparsity, ...).
 
@@ -81,7 +128,9 @@ class CodingRateMonitor(Callback):
     a_2). At validation end a figure of the curves goes to TensorBoard (every ``figure_every_n_epochs``
     epochs and at the last). The
     probe is the same on every process and only rank zero measures, so the values do not depend on
-    the number of processes.
+    the number of processes. In a LightningModule of one's own it measures ``self.model`` (else the one submodule
+    with transformer blocks) on the image of each validation sample (an ``(image, label)`` pair, a dict's
+    ``image``); a run without validation data switches it off with a warning.
 
     Args:
         enabled: switch the monitor off (it also switches itself off, with a warning, for models
@@ -130,31 +179,40 @@ class CodingRateMonitor(Callback):
         if not self.enabled:
             return
         if "FSDP" in type(trainer.strategy).__name__:
-            rank_zero_warn("CodingRateMonitor switched off under FSDP: the subspaces are sharded across processes")
-            self.enabled = False
+            self._switch_off("under FSDP: the subspaces are sharded across processes")
             return
         try:
-            transformer_blocks(pl_module.model)
+            transformer_blocks(monitored_model(pl_module))
         except (TypeError, AttributeError) as err:
-            rank_zero_warn(f"CodingRateMonitor switched off: {err}")
-            self.enabled = False
+            self._switch_off(str(err))
+
+    def _switch_off(self, why: str) -> None:
+        rank_zero_warn(f"CodingRateMonitor switched off: {why}")
+        self.enabled = False
 
     def _probe_images(self, trainer: L.Trainer) -> torch.Tensor:
+        """The probe batch, drawn once from the validation set (:class:`NoProbe` where there is none)."""
         if self._probe is None:
             # single evaluated images: the DataModule's val_set (its loader may carry encoded files, decode "device")
             dataset = getattr(trainer.datamodule, "val_set", None) if trainer.datamodule is not None else None
             if dataset is None:
-                dataset = trainer.val_dataloaders.dataset
-            self._probe = torch.stack([dataset[index][0] for index in sample_order(len(dataset), self.probe_size)])
+                loaders = trainer.val_dataloaders
+                loader = loaders[0] if isinstance(loaders, (list, tuple)) and loaders else loaders
+                dataset = getattr(loader, "dataset", None)
+            if dataset is None:
+                raise NoProbe("the run has no validation images to draw its probe batch from")
+            order = sample_order(len(dataset), self.probe_size)
+            self._probe = torch.stack([image_of(dataset[index]) for index in order])
         return self._probe
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         # the weights validation measures (the moving average when the module keeps one)
-        model = pl_module.evaluated_model() if hasattr(pl_module, "evaluated_model") else pl_module.model
+        model = pl_module.evaluated_model() if hasattr(pl_module, "evaluated_model") else monitored_model(pl_module)
+        probe = self._probe_images(trainer)
         was_training = model.training
         model.eval()
         try:
-            images = self._probe_images(trainer).to(pl_module.device)
+            images = probe.to(pl_module.device)
             values = layer_rate_values(model, images, self.eps, self.convention, self.quantities)
             if getattr(model, "decoder_depth", 0) and hasattr(model, "forward_mae"):  # CRATE-MAE's decoder
                 values.update(layer_rate_values(model, images, self.eps, self.convention, self.quantities, True))
@@ -166,11 +224,15 @@ class CodingRateMonitor(Callback):
         if not trainer.is_global_zero:
             return
         start = time.perf_counter()
-        values = self.measure(trainer, pl_module)
+        try:
+            values = self.measure(trainer, pl_module)
+        except NoProbe as err:
+            self._switch_off(str(err))
+            return
         for logger in trainer.loggers:
             logger.log_metrics(values, step=trainer.global_step)
             if figure and isinstance(logger, TensorBoardLogger):
-                title = f"{type(pl_module.model).__name__}, step {trainer.global_step}"
+                title = f"{type(monitored_model(pl_module)).__name__}, step {trainer.global_step}"
                 logger.experiment.add_figure("rate/curves", rate_curves_figure(values, title), trainer.global_step)
         self.last_step = trainer.global_step
         self.seconds += time.perf_counter() - start
