@@ -5,7 +5,11 @@ from __future__ import annotations
 import pydoc
 import re
 
-__all__ = ["innermost_refusal", "keys_help", "one_line", "parser_problem"]
+__all__ = ["DataError", "innermost_refusal", "keys_help", "one_line", "parser_problem"]
+
+
+class DataError(ValueError):
+    """A dataset, split, file or folder that cannot be used, with what to do about it."""
 
 
 def innermost_refusal(

@@ -240,6 +240,17 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
         load_data("digits", model, masks=str(tmp_path / "masks"))
 
 
+def test_an_unreadable_image_of_a_folder_is_one_line_naming_it(tmp_path: Path) -> None:
+    """The folder's survey reads the training images' headers: a corrupt one is the DataModule's line naming the
+    file (a ValueError the command prints in one line), not the image library's error beneath it."""
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    broken = tmp_path / "images" / "train" / "class_1" / "0.png"
+    broken.write_bytes(b"not an image")
+    model = timm.create_model("crate_nano_patch4_32", num_classes=2)
+    with pytest.raises(ValueError, match=f"cannot read image {broken} .*; replace or remove the file"):
+        load_data(str(_folder_config(tmp_path)), model)
+
+
 def test_a_limit_samples_each_digits_split_and_accuracy_still_reads_the_whole_validation_split() -> None:
     model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=16)
     whole, part = load_data("digits", model), load_data("digits", model, limit=50)

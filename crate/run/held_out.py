@@ -16,7 +16,7 @@ import yaml
 from jsonargparse import ArgumentError, ArgumentParser
 from torch.utils.data import DataLoader, Dataset
 
-from crate.errors import innermost_refusal
+from crate.errors import DataError, innermost_refusal
 from crate.layers import patch_embed_in_chans
 from crate.models import CheckpointError
 
@@ -61,7 +61,7 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
     try:
         return parser.instantiate_classes(config).data
     except ValueError as err:  # the DataModule's own refusal, not jsonargparse's wrapping of it
-        raise innermost_refusal(err, final=(CheckpointError,)) from err
+        raise innermost_refusal(err, final=(CheckpointError, DataError)) from err
 
 
 def _data_class(class_path: str) -> type:

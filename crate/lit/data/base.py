@@ -12,15 +12,12 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_
 from torch.utils.data import DataLoader, Dataset
 
 from crate.data import EvaluationSampler, EvaluationShares, ResumableDataLoader, SeededTransformDataset
+from crate.errors import DataError
 from crate.models.checkpoint import EVAL_TRANSFORM_SETTINGS
 
 __all__ = ["LUMA", "DataError", "ImageDataModule"]
 
 LUMA = (0.299, 0.587, 0.114)  # PIL's weights of R, G, B in its conversion to gray
-
-
-class DataError(ValueError):
-    """A dataset, split, file or folder that cannot be used, with what to do about it."""
 
 
 class ImageDataModule(L.LightningDataModule):
