@@ -32,12 +32,11 @@ from safetensors.torch import save_file
 from timm.models import get_pretrained_cfg
 from torch.utils.data import Dataset
 
-from crate.errors import one_line
+from crate.errors import DataError, one_line
 from crate.interpret import EvalData, load_data
 from crate.interpret.controls import initialised, remember_build
 from crate.interpret.frozen_features import frozen_feature_scores, same_inputs, unscorable
 from crate.layers import patch_embed_in_chans
-from crate.lit.data.folder import DataError
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, file_sha256, read_checkpoint
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
