@@ -454,6 +454,30 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
     with (run / "predictions_test.csv").open() as handle:
         files = [Path(row["file"]) for row in csv.DictReader(handle)]
     assert sorted(files) == sorted((tmp_path / "images" / "test").glob("*/*.png"))
+    # new images without class folders, at any depth: no label, and each predicted as the same file in val/ was
+    new = tmp_path / "new_images"
+    (new / "deeper").mkdir(parents=True)
+    shutil.copy(files[0], new / "first.png")
+    shutil.copy(files[-1], new / "deeper" / "last.png")
+    proc = run_in_process(
+        "predict", "--config", folder, *data, *QUIET, "--data.predict_root", str(new), "--ckpt_path", ckpt
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with (run / "predictions_new_images.csv").open() as handle:
+        unlabelled = list(csv.DictReader(handle))
+    with (run / "predictions_test.csv").open() as handle:
+        of_file = {Path(row["file"]).relative_to(tmp_path / "images" / "test"): row for row in csv.DictReader(handle)}
+    assert [row["file"] for row in unlabelled] == [str(new / "first.png"), str(new / "deeper" / "last.png")]
+    for row, same in zip(unlabelled, (files[0], files[-1]), strict=True):
+        known = of_file[same.relative_to(tmp_path / "images" / "test")]
+        assert row["label"] == row["label_name"] == ""
+        assert (row["predicted"], row["probability"]) == (known["predicted"], known["probability"])
+    empty = tmp_path / "no_images"
+    empty.mkdir()
+    proc = run_in_process(
+        "predict", "--config", folder, *data, *QUIET, "--data.predict_root", str(empty), "--ckpt_path", ckpt
+    )
+    assert proc.returncode == 2 and f"--data.predict_root {empty} holds no image files" in proc.stderr
 
 
 def test_a_prediction_file_under_a_file_is_refused_before_predicting(tmp_path: Path, vit_run: Path) -> None:

@@ -17,7 +17,8 @@ __all__ = ["PredictionWriter"]
 class PredictionWriter(BasePredictionWriter):
     """After ``predict``, write ``predictions.csv`` into the run's folder (``predictions_<split>.csv`` for a
     ``predict_split`` other than ``val``; or ``output``): one row per image
-    with its index in the split, its file (for image folders), its label and the label's name, the predicted
+    with its index in the split, its file (for image folders), its label and the label's name (empty for images
+    without one, a folder's ``predict_root``), the predicted
     class, its name and its probability; the class names are those of the data where it has them. On several
     processes each predicts its share of the split; rank zero gathers the shares and writes each row by the
     index of its image, so the file is the one a single process writes.
@@ -52,7 +53,7 @@ class PredictionWriter(BasePredictionWriter):
             writer.writerow(["index", "file", "label", "label_name", "predicted", "predicted_name", "probability"])
             for row, index in enumerate(indices.tolist()):
                 cls = int(predicted[row])
-                label = int(labels[row]) if labels is not None else None
+                label = int(labels[row]) if labels is not None and labels[row] >= 0 else None  # -1: no label
                 writer.writerow(
                     [
                         index,
@@ -69,7 +70,11 @@ class PredictionWriter(BasePredictionWriter):
 
 def default_file(datamodule: Any) -> str:
     """``predictions.csv`` for the validation split (the default ``predict_split``), ``predictions_<split>.csv`` for
-    another, so that predicting the test split does not replace the validation split's file."""
+    another and ``predictions_<folder name>.csv`` for a ``predict_root``, so that predicting other images does not
+    replace the validation split's file."""
+    root = getattr(datamodule, "predict_root", None)
+    if root is not None:
+        return f"predictions_{Path(root).name}.csv"
     split = getattr(datamodule, "predict_split", "val")
     return "predictions.csv" if split == "val" else f"predictions_{split}.csv"
 

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from timm.data import create_transform
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 
 from crate.data import SeededTransformDataset
@@ -129,6 +129,34 @@ class ImageLoader:
 def load_rgb_image(path: str) -> Image.Image:
     """An image file as RGB (see :class:`ImageLoader`)."""
     return ImageLoader("RGB")(path)
+
+
+class UnlabelledImages(Dataset):
+    """The image files of a folder at any depth, in a sorted walk, as ``(image, -1)``: images to predict, whose
+    class is not known (-1: no label)."""
+
+    def __init__(self, root: Path, transform: Callable[[Any], Any], loader: Callable[[str], Any]) -> None:
+        self.root = root
+        self.samples = [(str(path), -1) for path in _image_files(root)]
+        self.targets = [label for _, label in self.samples]
+        self.transform, self.loader = transform, loader
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        path, label = self.samples[index]
+        return self.transform(self.loader(path)), label
+
+
+def _check_predict_root(root: Path) -> None:
+    """Refuse a ``predict_root`` that is not a folder of images, before anything is built."""
+    if not root.is_dir():
+        raise DataError(f"--data.predict_root {root} is not a folder: give the folder that holds the images to predict")
+    if next(_image_files(root), None) is None:
+        raise DataError(
+            f"--data.predict_root {root} holds no image files at any depth (read: {', '.join(IMAGE_SUFFIXES)})"
+        )
 
 
 def _sampled_channels(root: Path, splits: list[str]) -> int:
@@ -300,6 +328,10 @@ class ImageFolderDataModule(ImageDataModule):
     ``decode="device"`` (for GPUs and ImageNet-size JPEGs): the loaders' workers read files only, and each batch is
     decoded, cropped, flipped and normalised on the device it trains on (:mod:`crate.data.device_decode`);
     ``train_set``, ``val_set`` and ``test_set`` keep timm's transforms for whatever reads single images.
+
+    ``predict_root``: a folder of new images (at any depth, no class folders needed) that ``train.py predict``
+    predicts instead of ``predict_split``, each in the evaluation form; their labels are unknown (-1), and the
+    class names are ``root``'s.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -316,9 +348,12 @@ class ImageFolderDataModule(ImageDataModule):
         predict_split: str = "val",
         class_weights: list[float] | str | None = "auto",
         decode: str = "cpu",
+        predict_root: str | None = None,
     ) -> None:
         if decode not in ("cpu", "device"):
             raise ValueError(f"decode must be 'cpu' (PIL in the loader's workers) or 'device', got {decode!r}")
+        if predict_root is not None:
+            _check_predict_root(Path(predict_root).expanduser())
         layout = FolderLayout.read(Path(root).expanduser(), in_chans)
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
@@ -338,6 +373,8 @@ class ImageFolderDataModule(ImageDataModule):
         )
         self.augmentation = augmentation if augmentation is not None else self.recipe.augmentation
         self.decode = decode
+        self.predict_root = Path(predict_root).expanduser() if predict_root is not None else None
+        self.predict_set: UnlabelledImages | None = None
         if decode == "device":
             check_device_augmentation(self.augmentation, self.img_size)
         self.device_transform: DeviceImageTransform | None = None
@@ -399,10 +436,20 @@ class ImageFolderDataModule(ImageDataModule):
             evaluated.append(dataset)
         self.train_set, self.val_set = train, evaluated[0]
         self.test_set = evaluated[1] if len(evaluated) > 1 else None
+        if self.predict_root is not None:
+            self.predict_set = UnlabelledImages(self.predict_root, create_transform(**config), self.loader)
         if self.decode == "device":
             self.device_transform = device_transform(self.augmentation, self.img_size, config)
             for split, dataset in zip(self.splits, (train, *evaluated), strict=True):
                 self._encoded[id(dataset)] = EncodedImages(self.layout.samples(split), self.loader)
+            if self.predict_set is not None:
+                self._encoded[id(self.predict_set)] = EncodedImages(self.predict_set.samples, self.loader)
+
+    def predict_dataloader(self) -> DataLoader:
+        """``predict_root``'s images where it is given (without labels), else the ``predict_split``."""
+        if self.predict_root is None:
+            return super().predict_dataloader()
+        return self._loader(self.predict_set, shares=False)
 
     # decode "device": the loaders read files (bytes, or pixels where the device cannot decode them), and each
     # batch is decoded and transformed on the device before the transfer; train_set, val_set and test_set keep
