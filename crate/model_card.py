@@ -55,8 +55,12 @@ def _trained_line(card: dict[str, Any]) -> str:
     not finished its decay: not the recipe's result)."""
     done, planned = card["global_step"], card.get("planned_steps")
     partial = card.get("batches_into_epoch") or 0
-    next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
-    line = f"{counted(card['epochs'], 'epoch')}{next_epoch}, {counted(done, 'optimizer step')}"
+    if partial and not card["epochs"]:
+        trained = f"{counted(partial, 'batch', 'batches')} of the first epoch"
+    else:
+        next_epoch = f" and {counted(partial, 'batch', 'batches')} of the next" if partial else ""
+        trained = f"{counted(card['epochs'], 'epoch')}{next_epoch}"
+    line = f"{trained}, {counted(done, 'optimizer step')}"
     recipe = card.get("recipe") or {}
     if start := recipe.get("pretrained_file"):
         digest = recipe.get("pretrained_sha256") or ""

@@ -173,3 +173,5 @@ def test_a_file_written_mid_epoch_counts_its_full_epochs_and_the_batches_of_the_
     assert _trained_line(dict(card, batches_into_epoch=0)) == "1 epoch, 10 optimizer steps"
     one_step = {"epochs": 2, "batches_into_epoch": 1, "global_step": 1, "planned_steps": 1}
     assert _trained_line(one_step) == "2 epochs and 1 batch of the next, 1 optimizer step"
+    first = {"epochs": 0, "batches_into_epoch": 3, "global_step": 3, "planned_steps": 3}
+    assert _trained_line(first) == "3 batches of the first epoch, 3 optimizer steps"  # not "0 epochs and 3 of the next"

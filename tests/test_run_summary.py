@@ -118,8 +118,12 @@ def test_a_metric_logged_at_the_epoch_end_is_the_best_of_its_own_epoch(tmp_path:
 
 @pytest.mark.parametrize(
     ("max_steps", "said"),
-    [(5, "2 epochs and 1 of the next one's 2 steps (5 steps)"), (4, "2 epochs, 4 steps")],
-    ids=["inside-an-epoch", "at-an-epoch-end"],
+    [
+        (5, "2 epochs and 1 of the next one's 2 steps (5 steps)"),
+        (4, "2 epochs, 4 steps"),
+        (1, "1 of the first epoch's 2 steps"),
+    ],
+    ids=["inside-an-epoch", "at-an-epoch-end", "inside-the-first-epoch"],
 )
 def test_a_fit_stopped_inside_an_epoch_says_how_much_of_it_trained(
     tmp_path: Path, caplog, max_steps: int, said: str

@@ -56,6 +56,8 @@ def _epochs_trained(trainer: L.Trainer) -> str:
     whole, steps, per_epoch = epochs_and_steps(total, batches, trainer.accumulate_grad_batches)
     if steps == 0 or whole >= epochs:
         return in_all
+    if whole == 0:
+        return f"{steps} of the first epoch's {per_epoch} steps"
     return f"{counted(whole, 'epoch')} and {steps} of the next one's {per_epoch} steps ({counted(total, 'step')})"
 
 
