@@ -128,7 +128,8 @@ def test_segmentation_above_chance_but_below_the_random_inits_best_head_is_not_a
     seeds = [_figures(iou=0.342, chance=0.292), _figures(iou=0.33, chance=0.29), _figures(iou=0.336, chance=0.29)]
     lines = plain_verdicts("m", _result(_figures(iou=0.169, chance=0.111), seeds))
     assert _line(lines, "- Segmentation") == (
-        "- Segmentation (layer 1): the best head's IoU: 0.169, not a finding (the random init's best head reaches 0.342)."
+        "- Segmentation (layer 1): the best head's IoU: 0.169, not a finding (the random init's best head reaches "
+        "0.342)."
     )
     lines = plain_verdicts("m", _result(_figures(iou=0.5, chance=0.111), seeds))
     assert "0.500, beyond chance 0.111 and the random init's best head 0.330-0.342" in _line(lines, "- Segmentation")
