@@ -8,7 +8,6 @@ import inspect
 import os
 import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from timm.layers import to_2tuple
 
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
@@ -399,16 +399,12 @@ def warn_of_other_size(held: Checkpoint, img_size: Any, subcommand: str | None) 
     """Warn where an evaluation reads its images at another size than ``held`` was trained at: a model without a
     table of the input's size (ToST) loads at any size, and is then scored at a size it never saw."""
     trained = held.img_size()
-    if trained is None or img_size is None or _pair(trained) == _pair(img_size):
+    if trained is None or img_size is None or tuple(to_2tuple(trained)) == tuple(to_2tuple(img_size)):
         return
     rank_zero_warn(
         f"--ckpt_path {held.path} was trained on {trained} px images and {subcommand} reads them at {img_size} px: "
         f"its figures are of a size the weights never saw (--data.img_size {trained} reads them as trained)"
     )
-
-
-def _pair(size: int | Sequence[int]) -> tuple[int, ...]:
-    return (int(size),) * 2 if isinstance(size, int) else tuple(int(side) for side in size)
 
 
 def _first_conv(cfg: Any) -> str:
