@@ -320,3 +320,20 @@ def test_a_data_line_lists_its_settings_without_an_empty_first_one() -> None:
 
     folder = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": "data/x", "img_size": 32}}
     assert describe_data(folder) == "ImageFolderDataModule(root=data/x)"
+
+
+def test_a_run_s_data_is_rebuilt_without_the_images_it_was_asked_to_predict(tmp_path: Path) -> None:
+    """``predict_root`` is what one predict call reads, not the data a run trained on and held out: a data config
+    that records one (given at fit) rebuilds the run's data though that folder is gone, and the folder module
+    itself refuses a missing one in one line."""
+    from crate.lit import ImageFolderDataModule
+    from crate.run.held_out import datamodule_from_config
+
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    gone = str(tmp_path / "deleted_since")
+    init_args = {"root": str(tmp_path / "images"), "img_size": 32, "num_workers": 0, "predict_root": gone}
+    config = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": init_args}
+    model = timm.create_model("crate_nano_patch4_32", num_classes=2)
+    assert len(datamodule_from_config(config, model).val_set) == 4
+    with pytest.raises(ValueError, match=f"--data.predict_root {gone} is not a folder"):
+        ImageFolderDataModule(**init_args)

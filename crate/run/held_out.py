@@ -177,7 +177,8 @@ def datamodule_from_config(config: dict[str, Any], model: torch.nn.Module) -> An
     """The DataModule a data config (``class_path``, ``init_args``) describes, with the evaluation
     transforms training used for ``model`` (its pretrained cfg: mean, std, interpolation, crop), prepared
     (downloaded, where its config downloads) and set up."""
-    init_args = config.get("init_args") or {}
+    # the images predict reads are no part of the data a run trained on and held out (and may be gone since)
+    init_args = {key: value for key, value in (config.get("init_args") or {}).items() if key != "predict_root"}
     datamodule = _instantiate_datamodule(config["class_path"], init_args, channels=model_in_chans(model))
     if hasattr(datamodule, "transforms_from"):
         datamodule.transforms_from(model)  # the evaluation transforms training used for this model
