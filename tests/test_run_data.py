@@ -337,3 +337,11 @@ def test_a_run_s_data_is_rebuilt_without_the_images_it_was_asked_to_predict(tmp_
     assert len(datamodule_from_config(config, model).val_set) == 4
     with pytest.raises(ValueError, match=f"--data.predict_root {gone} is not a folder"):
         ImageFolderDataModule(**init_args)
+
+
+def test_a_resume_may_name_other_images_to_predict_but_not_another_recipe() -> None:
+    from crate.run.resume_check import _FREE_DATA_SETTINGS
+
+    recorded = {"root": "a", "predict_root": None, "predict_split": "val", "batch_size": 8}
+    current = {"root": "b", "predict_root": "new_images", "predict_split": "test", "batch_size": 16}
+    assert recipe_changes(recorded, current, _FREE_DATA_SETTINGS) == ["batch_size 8 -> 16"]

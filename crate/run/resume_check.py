@@ -44,7 +44,9 @@ _FREE_MODULE_SETTINGS = frozenset(
     {"grad_checkpointing", "compile", "compile_mode", "pretrained_file", "_instantiator"}
     | {"num_classes", "in_chans", "img_size", "class_weights"}
 )
-_FREE_DATA_SETTINGS = frozenset({"root", "num_workers", "store_dir", "predict_split", "in_chans", "img_size"})
+_FREE_DATA_SETTINGS = frozenset(
+    {"root", "num_workers", "store_dir", "predict_split", "predict_root", "in_chans", "img_size"}
+)
 # Lightning's older spellings of a precision, as its own unified names
 _PRECISION_NAMES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
 
