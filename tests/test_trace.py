@@ -179,17 +179,18 @@ def test_rate_monitor_probes_a_class_mixed_sample_of_a_class_sorted_validation_s
 
 
 class _OwnModule(L.LightningModule):
-    """A LightningModule of a user's own: its network under another name than ``model``, dict samples."""
+    """A LightningModule of a user's own: its network under another name than ``model``, dict samples whose
+    image is neither first nor named ``image``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.net = timm.create_model("crate_nano_patch4_32", num_classes=3, img_size=16)
 
     def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(self.net(batch["image"]), batch["label"])
+        return torch.nn.functional.cross_entropy(self.net(batch["pixels"]), batch["label"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
-        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch["image"]), batch["label"]))
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch["pixels"]), batch["label"]))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -203,7 +204,7 @@ class _Dicts(torch.utils.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {"label": self.labels[index], "image": self.images[index]}
+        return {"label": self.labels[index], "pixels": self.images[index]}  # the label first, no "image" key
 
 
 def test_rate_monitor_in_a_module_of_one_s_own(tmp_path: Path) -> None:

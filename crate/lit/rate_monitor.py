@@ -97,21 +97,18 @@ class NoProbe(Exception):
 
 
 def image_of(sample: Any) -> torch.Tensor:
-    """The image of one dataset sample: the sample itself, the first element of an ``(image, label)`` pair, or a
-    dict's ``image`` entry (else its first tensor of three dimensions)."""
+    """The image of one dataset sample: the sample itself, or the first tensor of three dimensions (C, H, W) of an
+    ``(image, label)`` pair or of a dict (its ``image`` entry where it has one)."""
+    kind = type(sample).__name__
     if isinstance(sample, torch.Tensor):
         return sample
     if isinstance(sample, Mapping):
-        if isinstance(sample.get("image"), torch.Tensor):
-            return sample["image"]
-        sample = list(sample.values())
+        sample = [sample["image"]] if "image" in sample else list(sample.values())
     if isinstance(sample, (tuple, list)):
-        if sample and isinstance(sample[0], torch.Tensor):
-            return sample[0]
         found = next((value for value in sample if isinstance(value, torch.Tensor) and value.ndim == 3), None)
         if found is not None:
             return found
-    raise NoProbe(f"no image tensor in a validation sample of type {type(sample).__name__}")
+    raise NoProbe(f"no image tensor (C, H, W) in a validation sample of type {kind}")
 
 
 class CodingRateMonitor(Callback):
