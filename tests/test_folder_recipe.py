@@ -247,12 +247,12 @@ def test_a_run_from_a_file_takes_the_file_s_size_and_channels_whichever_way_it_i
     assert said.startswith(" (input 32, gray: as ") and said.endswith(f"{shipped} was trained)")
 
 
-def test_an_evaluation_reads_a_folder_at_the_size_and_channels_the_checkpoint_was_trained_at(
+def test_an_evaluation_or_a_resume_reads_a_folder_at_the_size_and_channels_of_its_checkpoint(
     tmp_path: Path, caplog
 ) -> None:
     """ToST has no table of the input's size, so its weights load at any size: validating a run trained on 32 px
     images on a folder of 48 px ones read them at 48 without a word. Like a run from pretrained weights, an
-    evaluation with its size and channels open now takes the checkpoint's, and says so."""
+    evaluation, or a resume, with its size and channels open now takes the checkpoint's, and says so."""
     import logging
 
     from benchmarks.common import write_image_folder
@@ -272,6 +272,14 @@ def test_an_evaluation_reads_a_folder_at_the_size_and_channels_the_checkpoint_wa
     read = yaml.safe_load((run / "config.validate.yaml").read_text())["data"]["init_args"]
     assert (read["img_size"], read["in_chans"]) == (32, 3)  # the folder's own size would be 48
     assert f"the folder's images are read (input 32, RGB: as --ckpt_path {run / 'checkpoints'}" in caplog.text
+    # a resume continues at the size its run was given, not the folder's
+    fit = ["fit", *base, "--data.root", str(large), "--baseline.enabled", "false", "--run_name", "given"]
+    given = run_in_process(*fit, "--data.img_size", "32", "--trainer.max_steps", "1")
+    assert given.returncode == 0, given.stderr[-2000:]
+    resumed = run_in_process(*fit, "--trainer.max_steps", "2", "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    config = yaml.safe_load((tmp_path / "logs" / "given" / "version_0" / "config.yaml").read_text())
+    assert config["data"]["init_args"]["img_size"] == 32
     # a size given is kept, and said to be one the weights never saw
     with pytest.warns(UserWarning, match=r"trained on 32 px images and validate reads them at 48 px"):
         given = run_in_process(

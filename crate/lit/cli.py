@@ -189,9 +189,8 @@ class CrateCLI(LightningCLI):
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
             check_finite_run(config.get("trainer") or {})
-            self.input_note = start_as_trained(config)
-        elif self.held_checkpoint is not None:
-            self.input_note = start_as_trained(config, self.held_checkpoint)
+        # a resume continues, and an evaluation reads, at the size and channels its checkpoint was trained at
+        self.input_note = start_as_trained(config, self.held_checkpoint)
 
     @property
     def resumed(self) -> Checkpoint | None:
@@ -353,10 +352,10 @@ def refuse_file_as_model_name(model_name: Any) -> None:
     )
 
 
-def start_as_trained(config: Any, evaluated: Checkpoint | None = None) -> str:
+def start_as_trained(config: Any, held: Checkpoint | None = None) -> str:
     """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, a pretrained tag, or
-    ``model_kwargs``' ``pretrained_cfg_overlay`` file), or evaluates a run's checkpoint (``evaluated``: what
-    ``validate``, ``test`` or ``predict`` read from ``--ckpt_path``), and leaves the input size or channels open
+    ``model_kwargs``' ``pretrained_cfg_overlay`` file), or resumes or evaluates a run's checkpoint (``held``:
+    what ``--ckpt_path`` holds), and leaves the input size or channels open
     takes those the weights were trained at, as timm fine-tunes a pretrained model at its own input size and reads
     every image in its channels (gray replicated to RGB, colour to gray), instead of the folder's image side and
     channels (which would resample the position embedding, or fold the first layer, of weights that never saw
@@ -370,10 +369,10 @@ def start_as_trained(config: Any, evaluated: Checkpoint | None = None) -> str:
     kwargs = model.get("model_kwargs") or {}
     overlay = kwargs.get("pretrained_cfg_overlay") if kwargs.get("pretrained") else None
     overlay_file = overlay.get("file") if hasattr(overlay, "get") else None
-    if evaluated is not None:
+    if held is not None:
         cfg = timm.models.get_pretrained_cfg(model.get("model_name") or "")
-        trained = {"img_size": evaluated.img_size(), "in_chans": evaluated.in_chans(None, _first_conv(cfg))}
-        source = f"--ckpt_path {evaluated.path}"
+        trained = {"img_size": held.img_size(), "in_chans": held.in_chans(None, _first_conv(cfg))}
+        source = f"--ckpt_path {held.path}"
     elif model.get("pretrained_file") or overlay_file:
         file = model.get("pretrained_file") or overlay_file
         checkpoint = read_checkpoint(file)
