@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import timm
 import torch
 from conftest import REPO, run_in_process, write_cifar10_like_folder, write_image_folder
 from PIL import Image
@@ -389,6 +390,10 @@ def test_a_value_a_constructor_refuses_is_one_line_and_exit_2(tmp_path: Path, se
         ("one class", "a classifier needs two or more classes, and the data has 1"),
         ("no hpc checkpoint", '--ckpt_path: `.fit(ckpt_path="hpc")` is set but no HPC checkpoint was found'),
         ("a file as the model name", "is a file, not a model name: name its architecture (--model.model_name vit_"),
+        (
+            "a hub folder as the model name",
+            "is a hub folder, not a model name: name its architecture and start from its weights",
+        ),
     ],
 )
 def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, message: str) -> None:
@@ -405,6 +410,12 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
         setting = ["--ckpt_path", "hpc"]
     elif case == "a file as the model name":  # the architecture named is the one the file records
         setting = ["--model.model_name", str(REPO / "checkpoints" / "vit_nano_patch4_32.digits.safetensors")]
+    elif case == "a hub folder as the model name":  # timm's local-dir: the flags that take its architecture and file
+        hub = tmp_path / "hub"
+        model = timm.create_model("vit_nano_patch4_32", in_chans=1, img_size=16)
+        timm.models.save_for_hf(model, str(hub), safe_serialization=True)
+        setting = ["--model.model_name", f"local-dir:{hub}"]
+        message += f" (--model.model_name vit_nano_patch4_32 --model.pretrained_file {hub / 'model.safetensors'})"
     else:
         write_image_folder(tmp_path / "images", classes=1, per_class=2)
         config, setting = (

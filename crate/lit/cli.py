@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from timm.layers import to_2tuple
 
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
-from crate.models import Checkpoint, CheckpointError, read_checkpoint
+from crate.models import Checkpoint, CheckpointError, hub_weights, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 from crate.run.record import run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
@@ -337,8 +337,18 @@ def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:
 
 
 def refuse_file_as_model_name(model_name: Any) -> None:
-    """A weights file given where the architecture's name belongs is refused with the flags that use it: the
-    architecture it records, and the file as the weights to start from or the run checkpoint to continue."""
+    """A weights file, or a hub folder (``local-dir:DIR``), given where the architecture's name belongs is refused
+    with the flags that use it: the architecture it records, and the file as the weights to start from or the run
+    checkpoint to continue (a run records its architecture by name, not by a folder that may move)."""
+    if isinstance(model_name, str) and model_name.startswith("local-dir:"):
+        try:
+            arch, weights = hub_weights(model_name)
+        except (OSError, CheckpointError):
+            return  # the model check says what the name lacks
+        raise ConfigError(
+            f"--model.model_name {model_name} is a hub folder, not a model name: name its architecture and start "
+            f"from its weights (--model.model_name {arch} --model.pretrained_file {weights})"
+        )
     if not isinstance(model_name, str) or not Path(model_name).is_file():
         return
     try:
