@@ -364,13 +364,13 @@ def refuse_file_as_model_name(model_name: Any) -> None:
 
 def start_as_trained(config: Any, held: Checkpoint | None = None) -> str:
     """A run on a folder that starts from pretrained weights (``--model.pretrained_file``, a pretrained tag, or
-    ``model_kwargs``' ``pretrained_cfg_overlay`` file), or resumes or evaluates a run's checkpoint (``held``:
-    what ``--ckpt_path`` holds), and leaves the input size or channels open
-    takes those the weights were trained at, as timm fine-tunes a pretrained model at its own input size and reads
-    every image in its channels (gray replicated to RGB, colour to gray), instead of the folder's image side and
-    channels (which would resample the position embedding, or fold the first layer, of weights that never saw
-    such inputs; a model without a learned table of the input's size would be scored at another size without a
-    word). Returns what to say of it, or an empty string where nothing changed."""
+    ``model_kwargs``' ``pretrained_cfg_overlay`` file), or resumes or evaluates a run's checkpoint (``held``: what
+    ``--ckpt_path`` holds), and leaves the input size or channels open takes those the weights were trained at, as
+    timm fine-tunes a pretrained model at its own input size and reads every image in its channels (gray
+    replicated to RGB, colour to gray), instead of the folder's image side and channels (which would resample the
+    position embedding, or fold the first layer, of weights that never saw such inputs; a model without a learned
+    table of the input's size would be scored at another size without a word). Returns what to say of it, or an
+    empty string where nothing changed."""
     data, model = config.get("data") or {}, config.get("model") or {}
     args = data.get("init_args") or {}
     open_settings = [key for key in ("img_size", "in_chans") if key in args and args[key] is None]
