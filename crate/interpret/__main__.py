@@ -25,6 +25,7 @@ from timm.data import resolve_data_config
 from crate.models import CheckpointError, architecture_of, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
+from .controls import INIT_SEEDS
 from .loading import load_data, load_run, resolve_data
 from .objective_table import SEEDS_TO_DECIDE
 from .report import REPORT_FILES, write_report
@@ -160,8 +161,9 @@ def main(argv: list[str] | None = None) -> None:
         "--count-seeds",
         type=positive_count,
         default=SEEDS_TO_DECIDE,
-        help="seeds of the untrained architecture each count of layers beating their nulls is read against "
-        f"(default {SEEDS_TO_DECIDE}: fewer cannot make a count a finding, and the report says so)",
+        help="seeds of the untrained architecture each count of layers beating their nulls is read against, "
+        f"never fewer than the random init's {len(INIT_SEEDS)} (default {SEEDS_TO_DECIDE}: fewer cannot make a count a finding, and "
+        "the report says so)",
     )
     args, rest = parser.parse_known_args(argv)
     try:  # before minutes of evaluation
