@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         type=positive_count,
         default=SEEDS_TO_DECIDE,
         help="seeds of the untrained architecture each count of layers beating their nulls is read against, "
-        f"never fewer than the random init's {len(INIT_SEEDS)} (default {SEEDS_TO_DECIDE}: fewer cannot make a count a finding, and "
-        "the report says so)",
+        f"never fewer than the random init's {len(INIT_SEEDS)} (default {SEEDS_TO_DECIDE}: fewer cannot make a "
+        "count a finding, and the report says so)",
     )
     args, rest = parser.parse_known_args(argv)
     try:  # before minutes of evaluation
