@@ -240,6 +240,36 @@ def test_masks_from_a_folder_follow_the_evaluation_transform(tmp_path: Path) -> 
         load_data("digits", model, masks=str(tmp_path / "masks"))
 
 
+def test_a_mask_is_found_by_its_image_s_whole_name_and_a_jpeg_one_is_warned_of(tmp_path: Path) -> None:
+    """``shot.0.png``'s mask is ``shot.0.png`` (or ``.jpg``) in the mask folder, not ``shot.png`` (a name with dots
+    lost all after its first dot, and another image's mask was read without a word); JPEG masks, whose compression
+    leaves grey values along the edges that count as foreground, are warned of."""
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    images = sorted((tmp_path / "images" / "val").rglob("*.png"))
+    left, right = np.zeros((20, 24), dtype=np.uint8), np.zeros((20, 24), dtype=np.uint8)
+    left[:, :12], right[:, 12:] = 255, 255
+    for path in images:
+        dotted = path.with_name(f"shot.{path.stem}.png")
+        path.rename(dotted)
+        target = tmp_path / "masks" / dotted.relative_to(tmp_path / "images" / "val")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(left).save(target)
+        Image.fromarray(right).save(target.with_name("shot.png"))  # what the name cut at its first dot would find
+    config, model = _folder_config(tmp_path), timm.create_model("crate_nano_patch4_32", num_classes=2)
+    data = load_data(str(config), model, masks=str(tmp_path / "masks"))
+    columns = data.val_masks.float().mean(dim=(0, 1))
+    assert columns[:14].min() == 1 and columns[18:].max() == 0  # each image's own mask: the left half
+    first = next((tmp_path / "masks").rglob("shot.*.png"))
+    edge = np.zeros((20, 24), dtype=np.uint8)
+    edge[:, :13] = 255  # an edge inside an 8x8 block: the compression blurs it
+    first.unlink()
+    Image.fromarray(edge).save(first.with_suffix(".jpg"), quality=75)
+    with pytest.warns(
+        UserWarning, match=r"JPEG masks \(1; the first .*shot\.\w+\.jpg\) hold values between 0 and their maximum"
+    ):
+        load_data(str(config), model, masks=str(tmp_path / "masks"))
+
+
 def test_an_unreadable_image_of_a_folder_is_one_line_naming_it(tmp_path: Path) -> None:
     """The folder's survey reads the training images' headers: a corrupt one is the DataModule's line naming the
     file (a ValueError the command prints in one line), not the image library's error beneath it."""

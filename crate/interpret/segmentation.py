@@ -12,6 +12,7 @@ folder of mask images beside a user's dataset (:func:`load_mask_folder`: any non
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 MASK_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg", ".webp")
+LOSSY_SUFFIXES = (".jpg", ".jpeg")  # whose compression leaves values between a mask's two levels
 
 
 def attention_masks(attention: torch.Tensor, mass: float = 0.6) -> torch.Tensor:
@@ -101,13 +103,13 @@ def load_mask_folder(
     if not mask_root.is_dir():
         raise FileNotFoundError(f"mask folder {mask_root} does not exist")
     geometry = transforms.Compose(_mask_geometry(transform))
-    masks = []
+    masks, noisy = [], []
     for path in image_paths:
-        relative = Path(path).relative_to(image_root).with_suffix("")
-        candidates = [mask_root / relative.with_suffix(suffix) for suffix in MASK_SUFFIXES]
-        found = [candidate for candidate in candidates if candidate.is_file()]
+        relative = Path(path).relative_to(image_root)
+        stem = mask_root / relative.parent / relative.stem  # a name with dots keeps them: "cat.1.png" -> "cat.1"
+        found = [candidate for suffix in MASK_SUFFIXES if (candidate := Path(f"{stem}{suffix}")).is_file()]
         if not found:
-            raise FileNotFoundError(f"no mask for {path}: expected {mask_root / relative}.png (or another image type)")
+            raise FileNotFoundError(f"no mask for {path}: expected {stem}.png (or another image type)")
         try:
             with Image.open(path) as image:
                 size = image.size
@@ -117,8 +119,18 @@ def load_mask_folder(
                         f"mask {found[0]} is {image.size[0]}x{image.size[1]} pixels and its image {path} "
                         f"{size[0]}x{size[1]}: save each mask at its image's size"
                     )
-                mask = geometry(image.convert("L"))
+                gray = image.convert("L")
+                mask = geometry(gray)
         except OSError as err:
             raise ValueError(f"cannot read mask {found[0]}: {err}") from err
+        values = np.asarray(gray)
+        if found[0].suffix.lower() in LOSSY_SUFFIXES and np.any((values > 0) & (values < values.max())):
+            noisy.append(found[0])
         masks.append(torch.from_numpy(np.asarray(mask) > 0))
+    if noisy:
+        warnings.warn(
+            f"JPEG masks ({len(noisy)}; the first {noisy[0]}) hold values between 0 and their maximum, the "
+            "compression's noise along the edges: every non-zero pixel counts as foreground; save masks as PNG",
+            stacklevel=2,
+        )
     return torch.stack(masks)
