@@ -444,8 +444,8 @@ def export_checkpoint(
         card = _card(name, run, model, measured, weights, file_dtype, load, train_command, labels, settings)
         if out is not None:
             written += [out.with_suffix(".json"), out.with_suffix(".md")]
-            out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n")
-            out.with_suffix(".md").write_text(card_markdown(card))
+            out.with_suffix(".json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+            out.with_suffix(".md").write_text(card_markdown(card), encoding="utf-8")
         if hub is not None:
             _write_hub_card(card, hub)
     except BaseException:
@@ -469,7 +469,7 @@ def _write_hub_card(card: dict[str, Any], hub: Path) -> None:
         dtype="float32",
         sha256=file_sha256(weights),
     )
-    (hub / "README.md").write_text(hub_card(folder_card))
+    (hub / "README.md").write_text(hub_card(folder_card), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -180,8 +180,8 @@ def record_on_card(tag: str, row: dict[str, Any], cards: Path) -> Path | None:
         card["label_names"] = list(names)
     card["test_accuracy"] = round(row["top1"] / 100, 5)  # the row's 3 decimals of a percent, without float noise
     card["test_images"] = row["images"]
-    card_path.write_text(json.dumps(card, indent=2) + "\n")
-    card_path.with_suffix(".md").write_text(card_markdown(card))
+    card_path.write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    card_path.with_suffix(".md").write_text(card_markdown(card), encoding="utf-8")
     return card_path
 
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows = rows + [row for row in csv.DictReader(handle) if row["model"] not in scored]
             for row in rows:
                 row["top1"] = float(row["top1"])
-        with path.open("w", newline="") as handle:
+        with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(sorted(rows, key=lambda r: (-r["top1"], r["model"])))

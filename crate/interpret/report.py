@@ -352,7 +352,7 @@ def write_report(
         results[label] = evaluate_model(model, data, **options)
     if progress is not None:
         progress(f"writing figures and report.md into {out}")
-    (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     plots.save(plots.layerwise_figure(results), out / "layerwise.png")
     plots.save(plots.lenses_figure(results), out / "lenses.png")
     plots.save(plots.seeds_figure(results), out / "seeds.png")
@@ -363,7 +363,7 @@ def write_report(
         pictures[label] = _pictures(model, label, data, out, tag, images)
         plots.save(plots.coherence_figure(label, results[label]), out / f"coherence_{tag}.png")
         pictures[label].append(f"coherence_{tag}.png")
-    (out / "report.md").write_text(_markdown(results, pictures))
+    (out / "report.md").write_text(_markdown(results, pictures), encoding="utf-8")
     return results
 
 

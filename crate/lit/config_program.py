@@ -32,7 +32,7 @@ def config_section(config: str, section: str) -> dict[str, Any]:
     """A YAML config's section (``model``, ``trainer``), as written; empty where the file cannot be read (the CLI
     says why) or has none."""
     try:
-        found = (yaml.safe_load(Path(config).read_text()) or {}).get(section)
+        found = (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}).get(section)
     except (OSError, yaml.YAMLError, AttributeError):
         return {}
     return found if isinstance(found, dict) else {}

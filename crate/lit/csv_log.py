@@ -36,7 +36,7 @@ def _steps_done(row: dict[str, str]) -> int:
 
 
 def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
@@ -45,7 +45,7 @@ def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
 def set_aside_rows_after(metrics_file: Path, step: int) -> int:
     """Move the rows of ``metrics_file`` logged after ``step`` optimizer steps into ``metrics.superseded.csv``
     in its folder (appended to any set aside before); returns how many moved."""
-    with open(metrics_file, newline="") as handle:
+    with open(metrics_file, encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
         fields, rows = list(reader.fieldnames or []), list(reader)
     if "step" not in fields:
@@ -56,13 +56,13 @@ def set_aside_rows_after(metrics_file: Path, step: int) -> int:
     superseded = metrics_file.with_name(SUPERSEDED_FILE)
     before: list[dict[str, str]] = []
     if superseded.is_file():
-        with open(superseded, newline="") as handle:
+        with open(superseded, encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
             fields = list(dict.fromkeys([*(reader.fieldnames or []), *fields]))
             before = list(reader)
     _write(superseded, fields, before + later)
     kept = [row for row in rows if not (row.get("step") and _steps_done(row) > step)]
-    with open(metrics_file, newline="") as handle:
+    with open(metrics_file, encoding="utf-8", newline="") as handle:
         own_fields = list(csv.DictReader(handle).fieldnames or [])
     _write(metrics_file, own_fields, kept)
     return len(later)

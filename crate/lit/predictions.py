@@ -48,7 +48,8 @@ class PredictionWriter(BasePredictionWriter):
         self.path = Path(self.output) if self.output else folder / default_file(trainer.datamodule)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         confidence, predicted = probabilities.max(dim=-1)
-        with self.path.open("w", newline="") as handle:
+        # file and class names as the file system gave them (undecodable bytes written back as they were)
+        with self.path.open("w", newline="", encoding="utf-8", errors="surrogateescape") as handle:
             writer = csv.writer(handle)
             writer.writerow(["index", "file", "label", "label_name", "predicted", "predicted_name", "probability"])
             for row, index in enumerate(indices.tolist()):

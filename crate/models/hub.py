@@ -70,7 +70,7 @@ def hub_weights_file(repo: str, revision: str | None = None) -> str:
 def _architecture(config: Path, name: str) -> str:
     """The architecture a hub ``config.json`` names (timm's ``architecture`` field)."""
     try:
-        architecture = json.loads(config.read_text()).get("architecture")
+        architecture = json.loads(config.read_text(encoding="utf-8")).get("architecture")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(

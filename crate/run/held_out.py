@@ -128,7 +128,7 @@ def resolve_data(
         path = Path(spec)
         if not path.is_file():
             raise FileNotFoundError(f"--data must be 'digits' or a train.py YAML config; {spec} is neither")
-        data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+        data = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("data") or {}
         if "class_path" not in data:
             raise ValueError(f"{spec} has no data.class_path section (see configs/*.yaml)")
         config = {"class_path": data["class_path"], "init_args": dict(data.get("init_args") or {})}
