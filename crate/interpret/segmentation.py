@@ -123,9 +123,10 @@ def load_mask_folder(
                 mask = geometry(gray)
         except OSError as err:
             raise ValueError(f"cannot read mask {found[0]}: {err}") from err
-        values = np.asarray(gray)
-        if found[0].suffix.lower() in LOSSY_SUFFIXES and np.any((values > 0) & (values < values.max())):
-            noisy.append(found[0])
+        if found[0].suffix.lower() in LOSSY_SUFFIXES:
+            values = np.asarray(gray)
+            if np.any((values > 0) & (values < values.max())):
+                noisy.append(found[0])
         masks.append(torch.from_numpy(np.asarray(mask) > 0))
     if noisy:
         warnings.warn(

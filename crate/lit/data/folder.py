@@ -352,8 +352,9 @@ class ImageFolderDataModule(ImageDataModule):
     ) -> None:
         if decode not in ("cpu", "device"):
             raise ValueError(f"decode must be 'cpu' (PIL in the loader's workers) or 'device', got {decode!r}")
-        if predict_root is not None:
-            _check_predict_root(Path(predict_root).expanduser())
+        predict_folder = Path(predict_root).expanduser() if predict_root is not None else None
+        if predict_folder is not None:
+            _check_predict_root(predict_folder)
         layout = FolderLayout.read(Path(root).expanduser(), in_chans)
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
@@ -373,7 +374,7 @@ class ImageFolderDataModule(ImageDataModule):
         )
         self.augmentation = augmentation if augmentation is not None else self.recipe.augmentation
         self.decode = decode
-        self.predict_root = Path(predict_root).expanduser() if predict_root is not None else None
+        self.predict_root = predict_folder
         self.predict_set: UnlabelledImages | None = None
         if decode == "device":
             check_device_augmentation(self.augmentation, self.img_size)
