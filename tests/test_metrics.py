@@ -100,6 +100,10 @@ def test_bad_shapes_and_conventions_are_refused() -> None:
         F.compression_rate(torch.randn(2, 3, 4), torch.randn(2, 5, 2))
     with pytest.raises(ValueError, match=r"\(B, N, d\)"):
         F.sparsity(torch.randn(4))
+    for empty in (torch.randn(2, 0, 4), torch.randn(3, 0)):  # no tokens, or tokens of no dimension
+        for measure in (F.coding_rate, F.sparsity, lambda Z: F.compression_rate(Z, torch.randn(2, Z.shape[-1], 1))):
+            with pytest.raises(ValueError, match="at least one token"):
+                measure(empty)
 
 
 @pytest.mark.parametrize("eps", [0.0, -0.5, float("nan"), float("inf"), "half"])

@@ -68,11 +68,11 @@ def logdet_identity_plus_gram(Z: torch.Tensor, alpha: float | torch.Tensor) -> t
 
 
 def _as_batch(Z: torch.Tensor) -> torch.Tensor:
-    if Z.ndim == 2:
-        return Z.unsqueeze(0)
-    if Z.ndim != 3:
+    if Z.ndim not in (2, 3):
         raise ValueError(f"expected tokens of shape (B, N, d) or (N, d), got {tuple(Z.shape)}")
-    return Z
+    if Z.shape[-2] == 0 or Z.shape[-1] == 0:  # a rate per token (N) or per dimension (d) of nothing is no number
+        raise ValueError(f"expected at least one token of at least one dimension, got shape {tuple(Z.shape)}")
+    return Z.unsqueeze(0) if Z.ndim == 2 else Z
 
 
 def _check_convention(convention: str) -> None:
