@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import timm
 import torch
 from conftest import write_image_folder
 from helpers import cifar_arrays
@@ -312,6 +313,9 @@ def test_grayscale_folder_stays_one_channel_with_luma_weighted_statistics(tmp_pa
     assert torch.allclose(data.val_set[0][0], torch.full((1, 16, 16), expected), atol=1e-5)
     rgb = ImageFolderDataModule(str(tmp_path), img_size=16, in_chans=3, num_workers=0)
     assert rgb.in_chans == 3
+    from_crate = ImageFolderDataModule(str(tmp_path), img_size=16, num_workers=0)
+    from_crate.transforms_from(timm.create_model("crate_nano_patch4_32", img_size=16))  # 0.5 on every channel
+    assert from_crate.model_data_config()["mean"] == (0.5,)  # exactly: the card and config.json show it
 
 
 def test_colour_image_in_a_folder_judged_gray_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -20,6 +20,12 @@ __all__ = ["LUMA", "DataError", "ImageDataModule"]
 LUMA = (0.299, 0.587, 0.114)  # PIL's weights of R, G, B in its conversion to gray
 
 
+def _luma_average(values: tuple[float, ...]) -> float:
+    """The luma-weighted average of a per-channel statistic; a value shared by the three channels stays exactly
+    itself (the weighted sum of 0.5 is 0.49999999999999994, which the cards and config.json would then show)."""
+    return float(values[0]) if len(set(values)) == 1 else float(np.dot(LUMA, values))
+
+
 class ImageDataModule(L.LightningDataModule):
     """Base of the zoo's image DataModules.
 
@@ -138,7 +144,7 @@ class ImageDataModule(L.LightningDataModule):
         config = dict(config, input_size=(self.in_chans, self.img_size, self.img_size))
         mean, std = config.get("mean", IMAGENET_DEFAULT_MEAN), config.get("std", IMAGENET_DEFAULT_STD)
         if self.in_chans == 1 and len(mean) == 3:  # gray is PIL's luma of RGB: weigh the statistics alike
-            mean, std = (float(np.dot(LUMA, mean)),), (float(np.dot(LUMA, std)),)
+            mean, std = (_luma_average(mean),), (_luma_average(std),)
         return dict(config, mean=tuple(mean), std=tuple(std))
 
     def eval_transform(self) -> dict[str, Any]:
