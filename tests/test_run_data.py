@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import timm
 import torch
 import yaml
@@ -320,6 +321,42 @@ def test_a_data_line_lists_its_settings_without_an_empty_first_one() -> None:
 
     folder = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": "data/x", "img_size": 32}}
     assert describe_data(folder) == "ImageFolderDataModule(root=data/x)"
+
+
+def test_evaluation_settings_that_choose_no_images_are_the_run_s_split_and_leave_the_data_line(
+    tmp_path: Path, capsys
+) -> None:
+    """An evaluation is refused data that holds out other images than its run (the digits' ``split_seed``) and
+    takes settings that only read, batch, mix or pad the images otherwise as the run's split (they were refused as
+    another split, wrongly); a card's data line names only what chooses the images. A setting the DataModule
+    does not take is one line naming it and the ones it takes; data of another image size than the model is
+    refused by ``crate.interpret`` before its evaluation."""
+    from crate.run.held_out import datamodule_from_config, describe_data, resolve_data
+
+    digits = {"class_path": "crate.lit.DigitsDataModule", "init_args": {"img_size": 16, "split_seed": 0}}
+    with pytest.raises(ValueError, match=r"holds out other images .*\(split_seed: run 0, asked 1\)"):
+        resolve_data(None, digits, {"split_seed": 1})
+    recorded = {"root": "data/x", "img_size": 32, "fixed_eval_shape": False, "drop_last": True, "store_dir": None}
+    stored = {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": dict(recorded, mixing=None)}
+    for asked in ({"fixed_eval_shape": True}, {"img_size": 24}, {"drop_last": False}, {"store_dir": "s"}):
+        assert resolve_data(None, stored, asked)["init_args"] == {**stored["init_args"], **asked}
+    assert describe_data(stored) == "StoredImageFolderDataModule(root=data/x)"
+    write_image_folder(tmp_path / "images", classes=2, per_class=2)
+    folder = {"class_path": "crate.lit.ImageFolderDataModule", "init_args": {"root": str(tmp_path / "images")}}
+    model = timm.create_model("crate_nano_patch4_32", num_classes=2)
+    with pytest.raises(ValueError, match=r"^ImageFolderDataModule takes no setting drop_last; its settings: aug"):
+        datamodule_from_config({**folder, "init_args": {**folder["init_args"], "drop_last": True}}, model)
+    config = tmp_path / "data.yaml"
+    config.write_text(yaml.safe_dump({"data": {**folder, "init_args": {**folder["init_args"], "img_size": 24}}}))
+    out, weights = tmp_path / "report", tmp_path / "weights.safetensors"
+    safetensors.torch.save_file(model.state_dict(), str(weights))  # 32 px, two classes, no class names
+    with pytest.raises(SystemExit) as exit_info:
+        interpret_main(
+            ["--model", "crate_nano_patch4_32", "--checkpoint", str(weights), "--data", str(config), "--out", str(out)]
+        )
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and not out.exists() and len(error.splitlines()) == 1
+    assert "crate_nano_patch4_32 takes images of (3, 32, 32)" in error and "gives (3, 24, 24)" in error
 
 
 def test_a_run_s_data_is_rebuilt_without_the_images_it_was_asked_to_predict(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from crate.models import CheckpointError, architecture_of, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
 from .controls import INIT_SEEDS
-from .loading import load_data, load_run, resolve_data
+from .loading import EvalData, load_data, load_run, resolve_data
 from .objective_table import SEEDS_TO_DECIDE
 from .report import REPORT_FILES, write_report
 
@@ -90,6 +90,17 @@ def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: 
         )
 
 
+def check_data_fits(label: str, model: torch.nn.Module, evaluation: EvalData) -> None:
+    """Refuse data whose images have another shape than the model takes (a ``--data.img_size`` or
+    ``--data.in_chans`` other than its run's), in one line before minutes of evaluation."""
+    want, got = tuple(resolve_data_config({}, model=model)["input_size"]), tuple(evaluation.val_images.shape[1:])
+    if want != got:
+        raise ValueError(
+            f"{label} takes images of {want} (channels, height, width), and {evaluation.name} gives {got}: leave "
+            "--data.img_size and --data.in_chans out to read the data as the model's run did"
+        )
+
+
 def _file_as_model(path: str, first: bool) -> str:
     """What to say of a checkpoint file given where a model name belongs: the flags that evaluate it, with the
     architecture the file records (or a placeholder where it records none)."""
@@ -105,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="crate-interpret",
         description="Interpretability evaluation of a checkpoint.",
-        epilog="DataModule settings, as train.py takes them: --data.KEY VALUE (e.g. --data.root DIR, "
-        "--data.img_size 32, --data.batch_size 64); they change the data each model is evaluated on.",
+        epilog="DataModule settings, as train.py takes them: --data.KEY VALUE (e.g. --data.root DIR where the run's "
+        "images moved, --data.batch_size 64); they change the data each model is evaluated on. Settings that choose "
+        "the held-out images (--data.split_seed) must be the run's.",
     )
     parser.add_argument(
         "--model",
@@ -188,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
             shown = name if checkpoint in (None, "-") else architecture_of(name)  # the file's weights, not the tag's
             label = shown if shown not in models else f"{shown} (2)"
             evaluation = load_data(data, model, limit=args.sample_images, masks=args.masks)
+            check_data_fits(label, model, evaluation)
             if len(evaluation.train_labels.unique()) < 2:
                 sampled = len(evaluation.train_labels)
                 if args.sample_images is None or sampled < args.sample_images:  # the whole split: one class

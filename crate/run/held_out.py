@@ -39,8 +39,14 @@ __all__ = [
 ]
 
 DIGITS = "crate.lit.DigitsDataModule"
-# settings that change how the data is read or augmented, not which images are held out
+# settings that change how the data is read or augmented, not which images are held out: an evaluation that
+# leaves them out takes none of them from the run
 _NOT_THE_SPLIT = {"batch_size", "num_workers", "augmentation", "seed", "predict_split", "root", "download"}
+# and settings an evaluation takes from the run where it leaves them out, which change how the images are read,
+# batched, weighed or mixed in training, or what predict reads, but still not which images are held out: given
+# otherwise, they evaluate the same split (the model itself refuses a size or channel count it was not built for)
+_NOT_WHICH_IMAGES = _NOT_THE_SPLIT | {"img_size", "in_chans", "decode", "store_dir", "drop_last", "fixed_eval_shape"}
+_NOT_WHICH_IMAGES |= {"class_weights", "mixing", "multi_crop", "predict_root"}
 # DigitsDataModule's settings (the digits are read here without it: their foreground masks come along)
 _DIGITS_SETTINGS = {"img_size", "in_chans", "batch_size", "num_workers", "val_fraction", "split_seed"}
 _DIGITS_SETTINGS |= {"augmentation", "seed", "predict_split"}
@@ -50,7 +56,13 @@ def _instantiate_datamodule(class_path: str, init_args: dict[str, Any], channels
     """The DataModule a train.py config describes, parsed and type-checked as train.py does (jsonargparse),
     reading images with the model's channel count where the DataModule lets it be chosen."""
     cls = _data_class(class_path)
-    if "in_chans" in inspect.signature(cls).parameters:
+    taken = inspect.signature(cls).parameters
+    open_ended = any(param.kind is inspect.Parameter.VAR_KEYWORD for param in taken.values())
+    if not open_ended and (unknown := sorted(set(init_args) - set(taken))):
+        raise ValueError(
+            f"{cls.__name__} takes no setting {', '.join(unknown)}; its settings: {', '.join(sorted(taken))}"
+        )
+    if "in_chans" in taken:
         init_args = dict(init_args, in_chans=channels)
     parser = ArgumentParser(exit_on_error=False)
     parser.add_subclass_arguments(L.LightningDataModule, "data")
@@ -90,13 +102,17 @@ def model_in_chans(model: torch.nn.Module) -> int:
 def describe_data(config: dict[str, Any]) -> str:
     """One line for cards and reports: the DataModule and the settings that choose its images."""
     args = config.get("init_args") or {}
-    shown = [f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_THE_SPLIT | {"img_size", "in_chans"}]
+    shown = [f"{k}={args[k]}" for k in sorted(args) if k not in _NOT_WHICH_IMAGES]
     shown += [f"root={args['root']}"] if "root" in args else []
     return f"{config['class_path'].rpartition('.')[2]}({', '.join(shown)})"
 
 
 def _split_args(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (config.get("init_args") or {}).items() if k not in _NOT_THE_SPLIT}
+
+
+def _images_args(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (config.get("init_args") or {}).items() if k not in _NOT_WHICH_IMAGES}
 
 
 class NoDataFolder(ValueError):
@@ -145,7 +161,7 @@ def resolve_data(
     if same_class:
         # what the config leaves out is taken as the run had it
         config["init_args"] = {**_split_args(recorded), **config["init_args"]}
-        theirs, ours = _split_args(recorded), _split_args(config)
+        theirs, ours = (_images_args(args) for args in (recorded, config))
         differing = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
         if differing:
             raise ValueError(
