@@ -110,8 +110,10 @@ def card_markdown(card: dict[str, Any]) -> str:
         if precision == UNKNOWN_RUN_SETTING
         else (f"; `train.py validate` measures in the run's precision ({precision}) and can differ in the last digits")
     )
+    stored = card.get("dtype", "float32")  # a file of 16-bit weights is measured as timm loads it: widened to float32
+    computed = "float32" if stored == "float32" else f"float32, from the weights as stored in {stored}"
     accuracy_line = (
-        f"**{accuracy:.4f}** on {_held_out_words(card)} (float32{differs})"
+        f"**{accuracy:.4f}** on {_held_out_words(card)} ({computed}{differs})"
         if accuracy is not None
         else f"not measured ({card['accuracy_note']})"
     )

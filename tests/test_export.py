@@ -163,6 +163,27 @@ def test_controls_are_for_encoders_only_and_written_label_equals_path(lightning_
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_a_bfloat16_export_stores_16_bit_weights_and_its_card_scores_them_as_timm_loads_them(
+    lightning_run, tmp_path: Path
+) -> None:
+    from safetensors import safe_open
+
+    run, module = lightning_run
+    out = tmp_path / "crate_nano_patch4_32.bf16.safetensors"
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", out, dtype="bfloat16")
+    with safe_open(str(out), "pt") as stored:
+        assert {stored.get_tensor(key).dtype for key in stored.keys()} == {torch.bfloat16}
+    assert "(float32, from the weights as stored in bfloat16)" in out.with_suffix(".md").read_text()
+    # the card's figure is that of the module's weights rounded to bfloat16 and computed in float32
+    rounded = {k: v.to(torch.bfloat16).float() for k, v in module.model.state_dict().items()}
+    model = timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=32).eval()
+    model.load_state_dict(rounded)
+    _, val = load_digits_tensors(img_size=32, in_chans=1)
+    with torch.no_grad():
+        expected = int((model(val.images).argmax(-1) == val.labels).sum()) / len(val.labels)
+    assert card["val_accuracy"] == pytest.approx(expected, abs=1e-9)
+
+
 def test_a_failed_export_puts_back_the_file_it_was_replacing(lightning_run, tmp_path: Path, monkeypatch) -> None:
     run, _ = lightning_run
     out = tmp_path / "crate_nano_patch4_32.test.safetensors"
