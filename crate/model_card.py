@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
+from crate.noise import accuracy_noise, beyond_noise
 from crate.run import UNKNOWN_RUN_SETTING
 from crate.wording import counted
 
@@ -35,7 +36,31 @@ images) and a logistic-regression probe on the standardised features, beside its
 | encoder | k-NN top-1 | linear probe top-1 |
 |---|---|---|
 {rows}
+
+{_against_controls(card)}
 """
+
+
+def _against_controls(card: dict[str, Any]) -> str:
+    """The file's lead over each control, read against two binomial standard errors of the difference on the
+    card's images: a lead a control's figure lies within is not a finding."""
+    (_, own), *controls = card["frozen_features"].items()
+    images = card["val_images"]
+    lines = []
+    for label, control in controls:
+        parts = []
+        for key, name in (("knn_top1", "k-NN"), ("linear_probe_top1", "probe")):
+            lead, noise = own[key] - control[key], accuracy_noise(own[key], control[key], images)
+            said = (
+                ""
+                if lead > noise
+                else ", below it"
+                if beyond_noise(own[key], control[key], images)
+                else ", not a finding"
+            )
+            parts.append(f"{name} {100 * lead:+.1f} points (two standard errors: {100 * noise:.1f}){said}")
+        lines.append(f"- this file against {label}: {'; '.join(parts)}")
+    return "\n".join(lines)
 
 
 def _settings_words(card: dict[str, Any]) -> str:

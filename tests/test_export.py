@@ -397,8 +397,33 @@ def test_a_card_of_a_bf16_run_says_validate_measures_in_bf16() -> None:
     card = json.loads((REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.json").read_text())
     assert card["recipe"]["precision"] == "bf16-mixed"
     line = next(line for line in card_markdown(card).splitlines() if "measured on this file" in line)
-    assert "(float32; `train.py validate` measures in the run's precision (bf16-mixed)" in line
+    assert card["dtype"] == "float16"  # shipped at half the size: the figure is that of the widened weights
+    assert (
+        "(float32, from the weights as stored in float16; `train.py validate` measures in the run's precision " in line
+    )
     assert line in (REPO / "checkpoints" / "crate_nano_patch4_32.cifar10.md").read_text()
+
+
+def test_an_encoder_card_reads_its_lead_over_each_control_against_two_standard_errors() -> None:
+    from crate.model_card import card_markdown
+
+    card = json.loads((REPO / "checkpoints" / "crate_nano_patch4_32.cifar10_simdino.json").read_text())
+    own = card["frozen_features"]["this file"]
+    card["frozen_features"]["a control as good"] = dict(own)  # a lead of 0: no finding
+    worse = {"knn_top1": own["knn_top1"] - 0.01, "linear_probe_top1": own["linear_probe_top1"] + 0.2}
+    card["frozen_features"]["a control 1 point below, 20 above"] = worse
+    lines = {line.split(":")[0]: line for line in card_markdown(card).splitlines() if line.startswith("- this file")}
+    n, p = card["val_images"], (own["knn_top1"] + card["frozen_features"]["random init (seed 0)"]["knn_top1"]) / 2
+    noise = 2 * (2 * p * (1 - p) / n) ** 0.5  # two binomial standard errors of a difference of two accuracies
+    lead = own["knn_top1"] - card["frozen_features"]["random init (seed 0)"]["knn_top1"]
+    assert (
+        f"k-NN {100 * lead:+.1f} points (two standard errors: {100 * noise:.1f});"
+        in lines["- this file against random init (seed 0)"]
+    )
+    assert lines["- this file against a control as good"].count("+0.0 points") == 2
+    assert lines["- this file against a control as good"].count("not a finding") == 2
+    within, below = lines["- this file against a control 1 point below, 20 above"].split(";")
+    assert "k-NN +1.0 points" in within and within.endswith("not a finding") and below.endswith("below it")
 
 
 def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_precision(

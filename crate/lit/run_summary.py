@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.models import names_weights_tag
+from crate.noise import beyond_noise
 from crate.run.record import epochs_and_steps
 from crate.wording import counted
 
@@ -93,9 +94,7 @@ def _noise(last: float, baseline: dict[str, Any]) -> str:
         return ""
     best = max(baseline["rbf_svm"], baseline["logistic"])
     apart = round((last - best) * images)
-    p = (last + best) / 2
-    noise = 2 * math.sqrt(2 * p * (1 - p) / images)  # two standard errors of a difference of two accuracies
-    said = "within noise" if abs(last - best) <= noise else "beyond noise"
+    said = "beyond noise" if beyond_noise(last, best, images) else "within noise"
     return f"; {apart:+d} images of {images:,} against the better baseline, {said}"
 
 
