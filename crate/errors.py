@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import pydoc
 import re
+from typing import Any
 
 __all__ = ["DataError", "innermost_refusal", "keys_help", "one_line", "parser_problem"]
 
@@ -81,11 +84,32 @@ def parser_problem(message: str) -> str:
     return " ".join([lines[0], "; ".join(kept) or lines[1]] + ([given] if shown else []))
 
 
-def keys_help(problem: str, program: str) -> str:
+def keys_help(problem: str, program: str, sections: dict[str, Any] | None = None) -> str:
     """The command that lists the keys a :func:`parser_problem` line is about: a class chosen by
     ``class_path`` has its own (``fit --data.help CLASS``, where the class imports), everything else is in
-    ``fit --help``."""
+    ``fit --help``. A key that is a typo of one the class takes is named ("did you mean --model.lr?"): the
+    class chosen by ``class_path``, or for an unrecognised ``--SECTION.KEY`` the class ``sections`` gives
+    SECTION (``{"model": ImageClassifier, "trainer": Trainer}``)."""
     found = re.match(r'Parser key "([\w.]+)": Problem with given class_path \'([\w.]+)\': (.*)', problem)
-    if found and pydoc.locate(found[2]) is not None:  # a class that imports (not a misspelt class_path)
-        return f"python {program} fit --{found[1]}.help {found[2]}"
-    return f"python {program} fit --help (or --print_config)"
+    located = pydoc.locate(found[2]) if found else None
+    if found and located is not None:  # a class that imports (not a misspelt class_path)
+        # the typo is a key of the innermost class named (--data.multi_crop.local_crop: of MultiCrop's)
+        typo = re.search(r"Option '(\w+)' is not accepted", found[3])
+        inner = pydoc.locate(re.findall(r"class_path '([\w.]+)'", problem)[-1])
+        section = ".".join(re.findall(r'Parser key "([\w.]+)"', problem))
+        return f"python {program} fit --{found[1]}.help {found[2]}" + _close_key(typo, inner, section)
+    typo = re.search(r"(?:unrecognized arguments: --|does not accept option ')(\w+)\.(\w+)\b", problem)  # line, config
+    section = (sections or {}).get(typo[1]) if typo else None
+    return f"python {program} fit --help (or --print_config)" + _close_key(typo, section, typo[1] if typo else "")
+
+
+def _close_key(typo: re.Match[str] | None, cls: Any, section: str) -> str:
+    """ "; did you mean --SECTION.KEY?" for the key of ``cls``'s constructor closest to the one ``typo`` caught."""
+    if typo is None or not callable(cls):
+        return ""
+    try:
+        keys = [name for name in inspect.signature(cls).parameters if name not in ("self", "args", "kwargs")]
+    except (TypeError, ValueError):  # a class whose signature cannot be read: nothing to suggest
+        return ""
+    close = difflib.get_close_matches(typo[typo.re.groups], keys, n=1)
+    return f"; did you mean --{section}.{close[0]}?" if close else ""

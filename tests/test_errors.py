@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from crate.errors import one_line
+from crate.errors import keys_help, one_line
 from crate.lit.data.base import DataError
 
 
@@ -34,3 +34,30 @@ def test_a_worker_s_error_is_its_own_message_on_one_line() -> None:
 
 def test_a_plain_error_keeps_its_message_with_its_lines_joined() -> None:
     assert one_line(ValueError("first line\n  second line\n")) == "first line second line"
+
+
+def test_a_key_one_typo_away_from_one_its_class_takes_is_named() -> None:
+    """The suggestion is a key of the class the key belongs to: the model's for ``--model.*`` (on the command line
+    or in a config), the innermost class_path's for nested data settings, none where nothing is close."""
+    import lightning as L
+
+    from crate.lit import ImageClassifier
+
+    sections = {"model": ImageClassifier, "trainer": L.Trainer}
+    line = keys_help("unrecognized arguments: --model.lrr 1", "train.py", sections)
+    assert line == "python train.py fit --help (or --print_config); did you mean --model.lr?"
+    line = keys_help("Subcommand 'fit' does not accept option 'trainer.max_epoch'", "train.py", sections)
+    assert line.endswith("; did you mean --trainer.max_epochs?")
+    nested = (
+        "Parser key \"data\": Problem with given class_path 'crate.lit.StoredImageFolderDataModule': Parser key "
+        '"multi_crop": Does not validate against any of the Union subtypes Subtypes: [<class '
+        "'crate.data.multi_crop.MultiCrop'>, <class 'NoneType'>]; "
+        "Problem with given class_path 'crate.data.MultiCrop': Option 'local_crop' is not accepted"
+    )
+    line = keys_help(nested, "pretrain.py", sections)
+    assert line == (
+        "python pretrain.py fit --data.help crate.lit.StoredImageFolderDataModule; did you mean "
+        "--data.multi_crop.local_crops?"
+    )
+    assert keys_help("unrecognized arguments: --model.zzzz 1", "train.py", sections).endswith("--print_config)")
+    assert keys_help("unrecognized arguments: --model.lrr 1", "train.py").endswith("--print_config)")  # no classes

@@ -151,7 +151,11 @@ _DATA_HELP = "train.py: the accepted keys: python train.py fit --data.help crate
 @pytest.mark.parametrize(
     ("args", "message", "keys"),
     [
-        (["--trainer.max_epoch", "2"], "unrecognized arguments: --trainer.max_epoch", "fit --help"),  # no prefix
+        (  # no prefix match, and the key meant named
+            ["--trainer.max_epoch", "2"],
+            "unrecognized arguments: --trainer.max_epoch",
+            "fit --help (or --print_config); did you mean --trainer.max_epochs?",
+        ),
         (["--model.lr_base_scale", "cubic"], "lr_base_scale must be 'sqrt' or 'linear'", None),
         # a key of the data module (chosen by class_path) fails as a union with None: the line names the key
         (["--data.init_args.no_such_key", "1"], _DATA_CLASS + "Option 'no_such_key' is not accepted", _DATA_HELP),

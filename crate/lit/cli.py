@@ -590,7 +590,8 @@ def cli_main(
                 "run it with that command\n"
             )
         elif "no such file" not in problem:
-            sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program)}\n")
+            sections = {"model": model_class, "trainer": L.Trainer}
+            sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program, sections)}\n")
         raise SystemExit(2) from None
     except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
         _remove_if_empty(CrateCLI.run_dir)
