@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
-from crate.noise import accuracy_noise, beyond_noise
+from crate.noise import accuracy_noise
 from crate.run import UNKNOWN_RUN_SETTING
 from crate.wording import counted
 
@@ -51,13 +51,7 @@ def _against_controls(card: dict[str, Any]) -> str:
         parts = []
         for key, name in (("knn_top1", "k-NN"), ("linear_probe_top1", "probe")):
             lead, noise = own[key] - control[key], accuracy_noise(own[key], control[key], images)
-            said = (
-                ""
-                if lead > noise
-                else ", below it"
-                if beyond_noise(own[key], control[key], images)
-                else ", not a finding"
-            )
+            said = "" if lead > noise else ", below it" if lead < -noise else ", not a finding"
             parts.append(f"{name} {100 * lead:+.1f} points (two standard errors: {100 * noise:.1f}){said}")
         lines.append(f"- this file against {label}: {'; '.join(parts)}")
     return "\n".join(lines)
