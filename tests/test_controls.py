@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +244,30 @@ def test_the_random_init_control_of_a_tag_is_built_with_the_settings_its_file_re
     assert lambds(shipped) == {1.0} and lambds(initialised(shipped, 0)) == {1.0}
     default, _ = load_run("crate_alpha_cct4_3x2_32.cifar10", None)  # a file that records none keeps the name's own
     assert lambds(initialised(default, 0)) == lambds(timm.create_model("crate_alpha_cct4_3x2_32")) == {0.1}
+
+
+def test_the_random_init_control_reads_images_as_the_file_it_controls(tmp_path: Path) -> None:
+    """A file of a gray 20-pixel run records its images' size, mean and std; its random init is scored on the same
+    tensors, so it carries the same settings (an encoder's frozen-feature table refused it as 'other inputs')."""
+    import safetensors.torch
+
+    from crate.interpret.controls import initialised
+    from crate.interpret.frozen_features import same_inputs
+    from crate.interpret.loading import load_run
+
+    trained = timm.create_model("crate_nano_patch4_32", num_classes=0, in_chans=1, img_size=20)
+    path = tmp_path / "gray.safetensors"
+    read = {
+        "model_name": "crate_nano_patch4_32",
+        "model_config": json.dumps({"num_classes": 0, "in_chans": 1, "img_size": 20, "model_kwargs": {}}),
+        "eval_transform": json.dumps({"mean": [0.25], "std": [0.4], "interpolation": "bicubic", "crop_pct": 1.0}),
+    }
+    safetensors.torch.save_file(trained.state_dict(), str(path), metadata=read)
+    model, _ = load_run("crate_nano_patch4_32", str(path))
+    assert model.pretrained_cfg["input_size"] == (1, 20, 20) and tuple(model.pretrained_cfg["mean"]) == (0.25,)
+    fresh = initialised(model, 0)
+    assert same_inputs(model, fresh) and tuple(fresh.pretrained_cfg["std"]) == (0.4,)
+    assert timm.data.resolve_data_config({}, model=fresh)["input_size"] == (1, 20, 20)
 
 
 def test_a_rebuild_that_is_not_the_measured_architecture_is_refused() -> None:

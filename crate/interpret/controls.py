@@ -64,13 +64,20 @@ def _build_of(model: nn.Module) -> tuple[str, dict[str, Any]]:
     return cfg["architecture"], kwargs
 
 
+# what a model's pretrained cfg says of the images it reads (timm's data config): a control reads them as it does
+_IMAGE_SETTINGS = ("input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode")
+
+
 def initialised(model: nn.Module, seed: int) -> nn.Module:
-    """``model``'s architecture at its initialisation under ``seed`` (eval mode); refused when the rebuilt
-    model's parameters do not have the trained model's names and shapes."""
+    """``model``'s architecture at its initialisation under ``seed`` (eval mode), reading images as ``model`` does
+    (its pretrained cfg's size, mean, std and crop); refused when the rebuilt model's parameters do not have the
+    trained model's names and shapes."""
     name, kwargs = _build_of(model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fresh = timm.create_model(name, **kwargs).eval()
+    read = getattr(model, "pretrained_cfg", None) or {}
+    fresh.pretrained_cfg = {**fresh.pretrained_cfg, **{key: read[key] for key in _IMAGE_SETTINGS if key in read}}
     own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     rebuilt = {k: tuple(v.shape) for k, v in fresh.state_dict().items()}
     if own != rebuilt:
