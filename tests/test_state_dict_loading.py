@@ -99,3 +99,34 @@ def test_the_state_of_a_compiled_or_data_parallel_model_loads() -> None:
         model = timm.create_model("crate_nano_patch4_32", in_chans=1, num_classes=10)
         model.load_state_dict(state)
         assert torch.equal(_outputs(model, x), _outputs(tag, x))
+
+
+def test_a_run_of_one_of_timm_s_own_models_loads_from_its_file_for_training_and_evaluation(tmp_path: Path) -> None:
+    """A stock timm ViT trained by train.py: ``--model.pretrained_file`` and ``crate.interpret --checkpoint`` build
+    it from the run's file (its moving average, its image statistics and input); timm's own loader read the file as
+    it lies (``model.``-prefixed keys) and failed."""
+    from crate.models import create_classifier
+    from crate.run import build_model
+
+    settings = {"patch_size": 4, "depth": 1}
+    torch.manual_seed(0)
+    build = dict(num_classes=2, in_chans=1, img_size=16, **settings)
+    raw, average = (timm.create_model("vit_tiny_patch16_224", **build) for _ in range(2))
+    state = {f"model.{k}": v for k, v in raw.state_dict().items()}
+    state.update({f"model_ema.module.{k}": v for k, v in average.state_dict().items()})
+    hparams = {"model_name": "vit_tiny_patch16_224", "num_classes": 2, "in_chans": 1, "img_size": 16}
+    transform = {"mean": [0.25], "std": [0.5], "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "center"}
+    path = tmp_path / "run.ckpt"
+    run = {"epoch": 3, "state_dict": state, "hyper_parameters": {**hparams, "model_kwargs": settings}}
+    torch.save({**run, "eval_transform": transform}, path)
+    x = torch.randn(2, 1, 16, 16)
+    from_file = dict(pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 2}, **settings)
+    same = create_classifier("vit_tiny_patch16_224", 2, 1, 16, **from_file)
+    assert torch.equal(_outputs(same, x), _outputs(average, x))
+    config = timm.data.resolve_data_config({}, model=same)
+    assert config["input_size"] == (1, 16, 16) and tuple(config["mean"]) == (0.25,)
+    other = create_classifier("vit_tiny_patch16_224", 3, 1, 16, **from_file)
+    assert other.head.weight.shape == (3, 192)  # a new head; the rest the run's average
+    assert all(torch.equal(v, average.state_dict()[k]) for k, v in other.state_dict().items() if "head" not in k)
+    evaluated, built, _ = build_model("vit_tiny_patch16_224", path)
+    assert torch.equal(_outputs(evaluated, x), _outputs(average, x)) and built["depth"] == 1

@@ -60,6 +60,25 @@ def test_traced_forward_equals_forward_and_maps_equal_what_forward_computes(name
         torch.testing.assert_close(previous.z_out, following.z_in)
 
 
+def test_a_stock_timm_vit_is_traced_with_maps_that_give_its_own_head_outputs(digits: torch.Tensor) -> None:
+    """timm's own ViT (its ``Attention``, not the twins'; q and k normed): the trace's maps applied to its values give
+    the head outputs its forward computes, and its output is the forward's (the trace raised AttributeError)."""
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=4, in_chans=1, depth=2, qk_norm=True)
+    model.eval()
+    seen: list[torch.Tensor] = []
+    hooks = [b.attn.proj.register_forward_pre_hook(lambda m, args: seen.append(args[0])) for b in model.blocks]
+    with torch.no_grad():
+        reference = model.forward_features(digits)
+    for hook in hooks:
+        hook.remove()
+    traces = trace_model(model, digits)
+    torch.testing.assert_close(model.norm(traces[-1].z_out), reference, atol=1e-5, rtol=1e-5)
+    for trace, heads in zip(traces, seen, strict=True):
+        batch, count, tokens, width = trace.values.shape
+        recombined = (trace.attention @ trace.values).transpose(1, 2).reshape(batch, tokens, count * width)
+        torch.testing.assert_close(recombined, heads, atol=1e-5, rtol=1e-5)
+
+
 def test_trace_without_attention_leaves_out_the_maps_only(digits: torch.Tensor) -> None:
     model = _trained("crate_nano_patch4_32")
     full, light = trace_model(model, digits), trace_model(model, digits, attention=False)

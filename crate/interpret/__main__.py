@@ -91,10 +91,10 @@ def check_same_input(first_name: str, first: torch.nn.Module, name: str, model: 
 
 
 def check_data_fits(label: str, model: torch.nn.Module, evaluation: EvalData) -> None:
-    """Refuse data whose images have another shape than the model takes (a ``--data.img_size`` or
+    """Refuse data whose images have another shape than a model of patch tokens takes (a ``--data.img_size`` or
     ``--data.in_chans`` other than its run's), in one line before minutes of evaluation."""
     want, got = tuple(resolve_data_config({}, model=model)["input_size"]), tuple(evaluation.val_images.shape[1:])
-    if want != got:
+    if hasattr(model, "patch_embed") and want != got:
         raise ValueError(
             f"{label} takes images of {want} (channels, height, width), and {evaluation.name} gives {got}: leave "
             "--data.img_size and --data.in_chans out to read the data as the model's run did"

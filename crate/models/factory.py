@@ -8,7 +8,8 @@ from typing import Any
 import timm
 from torch import nn
 
-from .names import check_model_name
+from .checkpoint import read_checkpoint
+from .names import architecture_of, check_model_name
 
 __all__ = ["create_classifier"]
 
@@ -27,7 +28,7 @@ def create_classifier(
     ``model_kwargs`` go to timm as they are (``pretrained``, ``pretrained_cfg_overlay``, the model's settings).
     """
     check_model_name(model_name)
-    kwargs = dict(model_kwargs, num_classes=num_classes)
+    kwargs = dict(_weights_for_timm(model_name, model_kwargs, in_chans, img_size), num_classes=num_classes)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
     if img_size is not None and "img_size" not in model_kwargs:
@@ -37,3 +38,25 @@ def create_classifier(
             if "img_size" not in str(err):
                 raise
     return timm.create_model(model_name, **kwargs)
+
+
+def _weights_for_timm(
+    model_name: str, model_kwargs: dict[str, Any], in_chans: int | None, img_size: int | None
+) -> dict[str, Any]:
+    """``model_kwargs`` whose ``pretrained_cfg_overlay`` names a ``file``, for one of timm's own models (a ResNet, a
+    stock ViT trained with train.py): the zoo's models read any checkpoint the zoo reads through their own filter,
+    timm's read a file as it lies, and a Lightning run's holds ``model.``-prefixed keys (and a moving average). The
+    overlay is given the file's weights as the zoo reads them, which timm's loader then fits as any pretrained
+    weights (a classifier of other classes dropped, other input channels folded, the position embedding
+    resampled), and, as a zoo model's file gives them, the run's image statistics and the input it is built for."""
+    overlay = model_kwargs.get("pretrained_cfg_overlay") or {}
+    if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
+        return model_kwargs
+    if timm.models.model_entrypoint(architecture_of(model_name)).__module__.startswith("crate."):
+        return model_kwargs
+    held = read_checkpoint(overlay["file"])
+    overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
+    if in_chans is not None and img_size is not None:
+        side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        overlay.setdefault("input_size", (in_chans, *side))
+    return dict(model_kwargs, pretrained_cfg_overlay=overlay)

@@ -6,6 +6,7 @@ query, key and value projections and an MLP with residual, where CRATE has MSSA 
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import Any
 
@@ -111,7 +112,10 @@ def _trace_attention(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, At
         return attn.forward_trace(x)
     if type(attn) not in (Attention, TwinAttention):
         raise TypeError(f"the ViT trace adapter reads timm's Attention, not {type(attn).__name__}")
-    out, logits, attention, v = TwinAttention.explicit(attn, x)  # timm's Attention has the same attributes
+    if type(attn) is Attention:  # a stock timm ViT's: the twin's attributes and parameters, not its methods
+        attn = copy.copy(attn)  # a view sharing the parameters, so that gradients reach the model's own
+        attn.__class__ = TwinAttention
+    out, logits, attention, v = attn.explicit(x)
     return out, AttentionTrace(logits, attention, v)
 
 
