@@ -253,3 +253,8 @@ def test_rate_monitor_in_a_module_of_one_s_own(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="switched off: the run has no validation images"):
         L.Trainer(callbacks=[CodingRateMonitor(every_n_steps=2)], logger=False, **settings).fit(unvalidated, loader)
     assert unvalidated.trainer.global_step == 4  # trained to its end
+    # a network without transformer blocks is validated alone (train.py validate) with the monitor switched off
+    convolutional = _OwnModule()
+    convolutional.net = timm.create_model("resnet10t", num_classes=3)
+    with pytest.warns(UserWarning, match="switched off: _OwnModule has no `model` attribute and none of its subm"):
+        L.Trainer(callbacks=[CodingRateMonitor()], logger=False, **settings).validate(convolutional, loader)

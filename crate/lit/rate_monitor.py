@@ -173,6 +173,13 @@ class CodingRateMonitor(Callback):
         self._probe: torch.Tensor | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check_model(trainer, pl_module)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check_model(trainer, pl_module)  # train.py validate starts no fit
+
+    def _check_model(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Switch off, with a warning, where the module's network has no blocks to measure or they are sharded."""
         if not self.enabled:
             return
         if "FSDP" in type(trainer.strategy).__name__:
