@@ -359,6 +359,16 @@ def test_evaluation_settings_that_choose_no_images_are_the_run_s_split_and_leave
     assert "crate_nano_patch4_32 takes images of (3, 32, 32)" in error and "gives (3, 24, 24)" in error
 
 
+def test_a_report_of_a_network_without_transformer_blocks_is_one_line_before_its_data(tmp_path: Path, capsys) -> None:
+    weights, out = tmp_path / "resnet.safetensors", tmp_path / "report"
+    safetensors.torch.save_file(timm.create_model("resnet10t", num_classes=2).state_dict(), str(weights))
+    with pytest.raises(SystemExit) as exit_info:
+        interpret_main(["--model", "resnet10t", "--checkpoint", str(weights), "--out", str(out)])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and not out.exists() and len(error.splitlines()) == 1
+    assert "ResNet has no `blocks` sequence of transformer blocks" in error
+
+
 def test_a_run_s_data_is_rebuilt_without_the_images_it_was_asked_to_predict(tmp_path: Path) -> None:
     """``predict_root`` is what one predict call reads, not the data a run trained on and held out: a data config
     that records one (given at fit) rebuilds the run's data though that folder is gone, and the folder module

@@ -22,6 +22,7 @@ import torch
 import yaml
 from timm.data import resolve_data_config
 
+from crate.metrics.trace import transformer_blocks
 from crate.models import CheckpointError, architecture_of, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, checkpoint in pairs:
             say(f"loading {name}" + (f" from {checkpoint}" if checkpoint not in (None, "-") else ""))
             model, recorded = load_run(name, None if checkpoint in (None, "-") else checkpoint)
+            transformer_blocks(model)  # a network without them (a ResNet) has nothing to report: one line, now
             if models:
                 check_same_input(next(iter(models)), next(iter(models.values()))[0], name, model)
             if args.data is None and recorded is None:
