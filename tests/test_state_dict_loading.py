@@ -130,3 +130,26 @@ def test_a_run_of_one_of_timm_s_own_models_loads_from_its_file_for_training_and_
     assert all(torch.equal(v, average.state_dict()[k]) for k, v in other.state_dict().items() if "head" not in k)
     evaluated, built, _ = build_model("vit_tiny_patch16_224", path)
     assert torch.equal(_outputs(evaluated, x), _outputs(average, x)) and built["depth"] == 1
+
+
+def test_a_file_of_timm_s_own_model_keeps_the_classifier_its_cfg_names(tmp_path: Path) -> None:
+    """A ResNet's classifier is ``fc``, a ConvNeXt's ``head.fc``: a file of one is read with its classes, so that
+    training or evaluating from it keeps the trained classifier (it was taken for a file without one and replaced
+    by a new, untrained head)."""
+    import safetensors.torch
+
+    from crate.lit import ImageClassifier
+    from crate.models import read_checkpoint
+    from crate.run import build_model
+
+    x = torch.randn(2, 1, 32, 32)
+    for name, classifier in (("resnet10t", "fc"), ("convnext_atto", "head.fc")):
+        torch.manual_seed(0)
+        trained = timm.create_model(name, num_classes=5, in_chans=1).eval()
+        path = tmp_path / f"{name}.safetensors"
+        safetensors.torch.save_file(trained.state_dict(), str(path))
+        assert read_checkpoint(path).num_classes is None and read_checkpoint(path).classes_for(name) == 5
+        module = ImageClassifier(name, num_classes=5, in_chans=1, img_size=32, pretrained_file=str(path))
+        assert torch.equal(module.model.get_submodule(classifier).weight, trained.get_submodule(classifier).weight)
+        evaluated, built, _ = build_model(name, path)
+        assert built["num_classes"] == 5 and torch.equal(_outputs(evaluated, x), _outputs(trained, x))

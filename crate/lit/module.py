@@ -214,7 +214,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         if hp.drop_path_rate > 0:
             kwargs["drop_path_rate"] = hp.drop_path_rate
         if hp.pretrained_file is not None:
-            held = read_checkpoint(hp.pretrained_file).num_classes
+            held = read_checkpoint(hp.pretrained_file).classes_for(hp.model_name)
             self.start_weights = start_weights(hp.pretrained_file)  # which weights, should the path change later
             kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=hp.pretrained_file, num_classes=held or 0))
         model = create_classifier(hp.model_name, hp.num_classes, hp.in_chans, hp.img_size, **kwargs)

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.models import get_pretrained_cfg, model_entrypoint
+from timm.models import get_pretrained_cfg, get_pretrained_cfg_value, model_entrypoint
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 from .hub import folder_weights, hub_file, hub_weights, hub_weights_file, is_hub_name
-from .names import check_model_name
+from .names import architecture_of, check_model_name
 from .registry import settings_given
 
 __all__ = [
@@ -139,6 +139,19 @@ class Checkpoint:
         """Rows of the classifier (None: no classifier in the file)."""
         head = self.zoo_state_dict.get("head.weight")
         return int(head.shape[0]) if head is not None and head.ndim == 2 else self.hparams.get("num_classes")
+
+    def classes_for(self, model_name: str) -> int | None:
+        """Rows of the classifier ``model_name``'s architecture names (timm's cfg ``classifier``: a ResNet's ``fc``,
+        a ConvNeXt's ``head.fc``), else :attr:`num_classes`: a file of one of timm's own models has no ``head``."""
+        try:
+            names = get_pretrained_cfg_value(architecture_of(model_name), "classifier") or "head"
+        except (RuntimeError, KeyError, ValueError):  # a name timm resolves otherwise (a hub folder): the zoo's head
+            names = "head"
+        for name in (names,) if isinstance(names, str) else names:
+            weight = self.zoo_state_dict.get(f"{name}.weight")
+            if weight is not None and weight.ndim == 2:
+                return int(weight.shape[0])
+        return self.num_classes
 
     def in_chans(self, patch_size: tuple[int, int] | None = None, first_conv: str = "patch_embed.proj") -> int | None:
         """Input channels: from the first layer (``first_conv`` of the model's cfg), a conv patch embedding

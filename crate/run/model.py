@@ -38,13 +38,9 @@ def build_model(
     decoder = {key.split(".")[1] for key in held.zoo_state_dict if key.startswith("decoder_blocks.")}
     if decoder and "decoder_depth" not in kwargs:  # a masked-pretraining file: its decoder too (CRATE-MAE)
         kwargs["decoder_depth"] = len(decoder)
-    with torch.device("meta"):  # only to learn the patch size (flat patch embeddings), first and last layers
+    kwargs["num_classes"] = held.classes_for(name) or 0  # a file without a head (masked pretraining)
+    with torch.device("meta"):  # only to learn the patch size (flat patch embeddings) and the first layer
         bare = timm.create_model(name)
-    # the classes: the file's head, or the rows of the classifier the model names (a ResNet's fc); none, a
-    # file without a head (masked pretraining)
-    classifier = held.zoo_state_dict.get(f"{bare.pretrained_cfg.get('classifier') or 'head'}.weight")
-    rows = int(classifier.shape[0]) if classifier is not None and classifier.ndim == 2 else None
-    kwargs["num_classes"] = held.num_classes or rows or 0
     patch = getattr(getattr(bare, "patch_embed", None), "patch_size", None)
     first_conv = bare.pretrained_cfg.get("first_conv") or "patch_embed.proj"
     in_chans = held.in_chans(tuple(patch) if patch is not None else None, first_conv)
