@@ -130,6 +130,12 @@ def test_a_run_of_one_of_timm_s_own_models_loads_from_its_file_for_training_and_
     assert all(torch.equal(v, average.state_dict()[k]) for k, v in other.state_dict().items() if "head" not in k)
     evaluated, built, _ = build_model("vit_tiny_patch16_224", path)
     assert torch.equal(_outputs(evaluated, x), _outputs(average, x)) and built["depth"] == 1
+    # a file of another architecture, or one built with other settings, is one error that names them
+    with pytest.raises(CheckpointError, match="does not fit vit_tiny_patch16_224; create 'crate_nano_patch4_32'"):
+        create_classifier("vit_tiny_patch16_224", 10, 1, 32, pretrained=True, pretrained_cfg_overlay={"file": DIGITS})
+    default_depth = dict(from_file, patch_size=4, depth=12)
+    with pytest.raises(CheckpointError, match=r"do not fit .* with model_kwargs \{'patch_size': 4, 'depth': 1\}"):
+        create_classifier("vit_tiny_patch16_224", 2, 1, 16, **default_depth)
 
 
 def test_a_file_of_timm_s_own_model_keeps_the_classifier_its_cfg_names(tmp_path: Path) -> None:

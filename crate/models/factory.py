@@ -9,6 +9,7 @@ import timm
 from torch import nn
 
 from .checkpoint import read_checkpoint
+from .convert import CheckpointError
 from .names import architecture_of, check_model_name
 
 __all__ = ["create_classifier"]
@@ -31,13 +32,26 @@ def create_classifier(
     kwargs = dict(_weights_for_timm(model_name, model_kwargs, in_chans, img_size), num_classes=num_classes)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
-    if img_size is not None and "img_size" not in model_kwargs:
-        try:
-            return timm.create_model(model_name, img_size=img_size, **kwargs)
-        except TypeError as err:
-            if "img_size" not in str(err):
-                raise
-    return timm.create_model(model_name, **kwargs)
+    try:
+        if img_size is not None and "img_size" not in model_kwargs:
+            try:
+                return timm.create_model(model_name, img_size=img_size, **kwargs)
+            except TypeError as err:
+                if "img_size" not in str(err):
+                    raise
+        return timm.create_model(model_name, **kwargs)
+    except RuntimeError as err:  # timm's own loader: a file whose weights do not fit (the zoo's models say why)
+        file = (model_kwargs.get("pretrained_cfg_overlay") or {}).get("file")
+        if file is None or isinstance(err, CheckpointError):
+            raise
+        held, detail = read_checkpoint(file), " ".join(str(err).split())
+        recorded = held.architecture_kwargs
+        other = {key: value for key, value in recorded.items() if model_kwargs.get(key) != value}
+        hint = f"; its run built it with model_kwargs {recorded}: build it with the same" if other else ""
+        raise CheckpointError(
+            f"{held.describe()}: its weights do not fit {model_name} as built "
+            f"({detail if len(detail) <= 200 else detail[:200] + ' ...'}){hint}"
+        ) from err
 
 
 def _weights_for_timm(
@@ -55,6 +69,8 @@ def _weights_for_timm(
     if timm.models.model_entrypoint(architecture_of(model_name)).__module__.startswith("crate."):
         return model_kwargs
     held = read_checkpoint(overlay["file"])
+    if held.model_name and architecture_of(held.model_name) != architecture_of(model_name):
+        raise CheckpointError(f"{held.describe()}: it does not fit {model_name}; create {held.model_name!r} to load it")
     overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
     if in_chans is not None and img_size is not None:
         side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
