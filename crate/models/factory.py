@@ -66,8 +66,9 @@ def _weights_for_timm(
     overlay = model_kwargs.get("pretrained_cfg_overlay") or {}
     if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
         return model_kwargs
-    if timm.models.model_entrypoint(architecture_of(model_name)).__module__.startswith("crate."):
-        return model_kwargs
+    arch = architecture_of(model_name)
+    if not timm.models.is_model(arch) or timm.models.model_entrypoint(arch).__module__.startswith("crate."):
+        return model_kwargs  # a hub name reads its own folder; the zoo's models read any file themselves
     held = read_checkpoint(overlay["file"])
     if held.model_name and architecture_of(held.model_name) != architecture_of(model_name):
         raise CheckpointError(f"{held.describe()}: it does not fit {model_name}; create {held.model_name!r} to load it")
