@@ -204,8 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:  # before any tag is scored or card written
         check_output_folder(args.out_dir, "--out-dir", "the results")
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     except OutputPathError as err:
         parser.error(str(err))
+    except OSError as err:  # a folder that cannot be made there: said before minutes of scoring, not after
+        parser.error(f"--out-dir {args.out_dir}: cannot create it ({err.strerror}); give a folder you can write")
     tags = args.tags or shipped_tags()
     encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:
@@ -246,7 +249,6 @@ def main(argv: list[str] | None = None) -> None:
     suffix = "" if args.split == "val" else f"-{args.split}"
     for dataset, rows in tables.items():
         path = Path(args.out_dir) / f"results-{dataset}{suffix}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
         if args.tags and path.is_file():  # tags asked for by name: their rows replace theirs, the others stay
             scored = {row["model"] for row in rows}
             with path.open(newline="") as handle:

@@ -276,3 +276,12 @@ def test_a_data_root_moves_image_folders_only_and_other_data_is_refused(tmp_path
     main(args)
     assert f"crate-results: skipped {tag}: {tmp_path / 'data' / 'val'} holds 20" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "cifar").iterdir()] == ["results-digits.csv"]
+
+
+def test_an_out_dir_that_cannot_be_made_is_refused_before_any_tag_is_scored(capsys, monkeypatch) -> None:
+    import crate.results as results
+
+    monkeypatch.setattr(results, "evaluate_tag", lambda *args: pytest.fail("a tag was scored"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", "/proc/no_such_folder", "--tags", "crate_nano_patch4_32.digits"])
+    assert exit_info.value.code == 2 and "--out-dir /proc/no_such_folder: cannot create it" in capsys.readouterr().err
