@@ -133,6 +133,8 @@ def evaluate_tag(tag: str, split: str = "val", data_root: str | None = None) -> 
         raise ValueError("its file records no data config; re-export it with crate.export")
     recorded_root = (data_config.get("init_args") or {}).get("root")
     if recorded_root is None:  # data that lies in no folder (the digits ship with scikit-learn): nothing moved
+        if data_root:
+            print(f"crate-results: {tag}: its data lies in no folder; --data-root left aside for it", file=sys.stderr)
         data_root = None
     if split == "test":
         root = data_root or recorded_root
@@ -198,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         "--data-root",
         default=None,
         type=os.path.expanduser,
-        help="where the tags' image folder lies now, if it moved (a tag trained on other data is skipped)",
+        help="where the tags' image folder lies now, if it moved (a tag trained on other data is skipped; the "
+        "digits lie in no folder and are scored as they are)",
     )
     parser.add_argument("--no-cards", action="store_true", help="with --split test: leave the cards as they are")
     args = parser.parse_args(argv)

@@ -56,8 +56,11 @@ def test_results_csv_counts_top1_and_top5_as_numpy_does(tmp_path: Path, capsys) 
         assert row["img_size"] == "32" and row["crop_pct"] == "1.0"
 
 
-def test_tags_asked_for_by_name_replace_their_rows_and_keep_the_others(tmp_path: Path) -> None:
-    main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"])
+def test_tags_asked_for_by_name_replace_their_rows_and_keep_the_others(tmp_path: Path, capsys) -> None:
+    # a --data-root does not apply to the digits, which lie in no folder: they are scored as they are, and said so
+    tags = ["crate_nano_patch4_32.digits", "vit_nano_patch4_32.digits"]
+    main(["--out-dir", str(tmp_path), "--tags", *tags, "--data-root", str(tmp_path)])
+    assert capsys.readouterr().err.count("its data lies in no folder; --data-root left aside for it") == 2
     path = tmp_path / "results-digits.csv"
     before = {row["model"]: row for row in csv.DictReader(path.open())}
     path.write_text(path.read_text().replace(before["vit_nano_patch4_32.digits"]["top1"], "12.5", 1))
