@@ -159,3 +159,16 @@ def test_a_file_of_timm_s_own_model_keeps_the_classifier_its_cfg_names(tmp_path:
         assert torch.equal(module.model.get_submodule(classifier).weight, trained.get_submodule(classifier).weight)
         evaluated, built, _ = build_model(name, path)
         assert built["num_classes"] == 5 and torch.equal(_outputs(evaluated, x), _outputs(trained, x))
+
+
+def test_pretrained_weights_of_timm_s_own_model_offline_are_one_error_naming_the_model(monkeypatch) -> None:
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from crate.models import create_classifier
+
+    def offline(*args, **kwargs):
+        raise LocalEntryNotFoundError("no network and not in the cache")
+
+    monkeypatch.setattr("timm.models._builder.load_state_dict_from_hf", offline)
+    with pytest.raises(CheckpointError, match="the pretrained weights of resnet10t are not in the local hub cache"):
+        create_classifier("resnet10t", 2, 3, 32, pretrained=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import timm
+from huggingface_hub.errors import LocalEntryNotFoundError
 from torch import nn
 
 from .checkpoint import read_checkpoint
@@ -40,6 +41,11 @@ def create_classifier(
                 if "img_size" not in str(err):
                     raise
         return timm.create_model(model_name, **kwargs)
+    except LocalEntryNotFoundError as err:  # timm's own pretrained weights, offline and not in the cache
+        raise CheckpointError(
+            f"the pretrained weights of {model_name} are not in the local hub cache and cannot be downloaded; "
+            "download them on a machine with network access, or build it without pretrained weights"
+        ) from err
     except RuntimeError as err:  # timm's own loader: a file whose weights do not fit (the zoo's models say why)
         file = (model_kwargs.get("pretrained_cfg_overlay") or {}).get("file")
         if file is None or isinstance(err, CheckpointError):
