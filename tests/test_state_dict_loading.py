@@ -172,3 +172,24 @@ def test_pretrained_weights_of_timm_s_own_model_offline_are_one_error_naming_the
     monkeypatch.setattr("timm.models._builder.load_state_dict_from_hf", offline)
     with pytest.raises(CheckpointError, match="the pretrained weights of resnet10t are not in the local hub cache"):
         create_classifier("resnet10t", 2, 3, 32, pretrained=True)
+
+
+def test_a_colour_file_of_timm_s_own_vit_builds_a_gray_model_with_its_channels_folded(tmp_path: Path) -> None:
+    """timm folds a file's three input channels into one by their sum (its ``adapt_input_conv``); it needs the
+    file's own channels to do so, and the model built then declares the one channel and statistics it reads."""
+    import safetensors.torch
+
+    from crate.models import create_classifier
+
+    settings = {"patch_size": 4, "depth": 1}
+    colour = timm.create_model("vit_tiny_patch16_224", num_classes=2, in_chans=3, img_size=16, **settings)
+    path = tmp_path / "colour.safetensors"
+    safetensors.torch.save_file(colour.state_dict(), str(path))
+    overlay = {"file": str(path), "num_classes": 2}
+    gray = create_classifier(
+        "vit_tiny_patch16_224", 2, 1, 16, pretrained=True, pretrained_cfg_overlay=overlay, **settings
+    )
+    torch.testing.assert_close(gray.patch_embed.proj.weight[:, 0], colour.patch_embed.proj.weight.sum(1))
+    assert torch.equal(gray.blocks[0].attn.qkv.weight, colour.blocks[0].attn.qkv.weight)
+    config = timm.data.resolve_data_config({}, model=gray)
+    assert config["input_size"] == (1, 16, 16) and len(config["mean"]) == len(config["std"]) == 1

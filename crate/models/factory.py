@@ -7,6 +7,7 @@ from typing import Any
 
 import timm
 from huggingface_hub.errors import LocalEntryNotFoundError
+from timm.models import get_pretrained_cfg_value
 from torch import nn
 
 from .checkpoint import read_checkpoint
@@ -30,17 +31,15 @@ def create_classifier(
     ``model_kwargs`` go to timm as they are (``pretrained``, ``pretrained_cfg_overlay``, the model's settings).
     """
     check_model_name(model_name)
-    kwargs = dict(_weights_for_timm(model_name, model_kwargs, in_chans, img_size), num_classes=num_classes)
+    kwargs, declared = _weights_for_timm(model_name, model_kwargs, in_chans, img_size)
+    kwargs = dict(kwargs, num_classes=num_classes)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
     try:
-        if img_size is not None and "img_size" not in model_kwargs:
-            try:
-                return timm.create_model(model_name, img_size=img_size, **kwargs)
-            except TypeError as err:
-                if "img_size" not in str(err):
-                    raise
-        return timm.create_model(model_name, **kwargs)
+        model = _create(model_name, img_size if "img_size" not in model_kwargs else None, kwargs)
+        if declared:  # the input it was built for, where its file's weights were fitted to another
+            model.pretrained_cfg = {**model.pretrained_cfg, **declared}
+        return model
     except LocalEntryNotFoundError as err:  # timm's own pretrained weights, offline and not in the cache
         raise CheckpointError(
             f"the pretrained weights of {model_name} are not in the local hub cache and cannot be downloaded; "
@@ -60,26 +59,45 @@ def create_classifier(
         ) from err
 
 
+def _create(model_name: str, img_size: int | None, kwargs: dict[str, Any]) -> nn.Module:
+    if img_size is not None:
+        try:
+            return timm.create_model(model_name, img_size=img_size, **kwargs)
+        except TypeError as err:
+            if "img_size" not in str(err):
+                raise
+    return timm.create_model(model_name, **kwargs)
+
+
 def _weights_for_timm(
     model_name: str, model_kwargs: dict[str, Any], in_chans: int | None, img_size: int | None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``model_kwargs`` whose ``pretrained_cfg_overlay`` names a ``file``, for one of timm's own models (a ResNet, a
     stock ViT trained with train.py): the zoo's models read any checkpoint the zoo reads through their own filter,
     timm's read a file as it lies, and a Lightning run's holds ``model.``-prefixed keys (and a moving average). The
     overlay is given the file's weights as the zoo reads them, which timm's loader then fits as any pretrained
     weights (a classifier of other classes dropped, other input channels folded, the position embedding
-    resampled), and, as a zoo model's file gives them, the run's image statistics and the input it is built for."""
+    resampled), and, as a zoo model's file gives them, the run's image statistics. Returned beside: the input the
+    built model declares (its channels and size, statistics per channel), set on it once timm has fitted the
+    weights, which timm needs the file's own channels for."""
     overlay = model_kwargs.get("pretrained_cfg_overlay") or {}
     if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
-        return model_kwargs
+        return model_kwargs, {}
     arch = architecture_of(model_name)
     if not timm.models.is_model(arch) or timm.models.model_entrypoint(arch).__module__.startswith("crate."):
-        return model_kwargs  # a hub name reads its own folder; the zoo's models read any file themselves
+        return model_kwargs, {}  # a hub name reads its own folder; the zoo's models read any file themselves
     held = read_checkpoint(overlay["file"])
     if held.model_name and architecture_of(held.model_name) != architecture_of(model_name):
         raise CheckpointError(f"{held.describe()}: it does not fit {model_name}; create {held.model_name!r} to load it")
     overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
-    if in_chans is not None and img_size is not None:
-        side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        overlay.setdefault("input_size", (in_chans, *side))
-    return dict(model_kwargs, pretrained_cfg_overlay=overlay)
+    if in_chans is None or img_size is None:
+        return dict(model_kwargs, pretrained_cfg_overlay=overlay), {}
+    side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    source = held.in_chans(None, get_pretrained_cfg_value(arch, "first_conv") or "patch_embed.proj") or in_chans
+    overlay.setdefault("input_size", (source, *side))  # timm folds the file's channels into the model's
+    declared: dict[str, Any] = {"input_size": (in_chans, *side)}
+    for key in ("mean", "std"):  # per channel of the built model (one gray statistic, or three)
+        values = tuple(overlay.get(key) or get_pretrained_cfg_value(arch, key) or ())
+        if values and len(values) != in_chans:
+            declared[key] = (sum(values) / len(values),) * in_chans
+    return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared
