@@ -118,15 +118,17 @@ def test_a_run_of_one_of_timm_s_own_models_loads_from_its_file_for_training_and_
     transform = {"mean": [0.25], "std": [0.5], "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "center"}
     path = tmp_path / "run.ckpt"
     run = {"epoch": 3, "state_dict": state, "hyper_parameters": {**hparams, "model_kwargs": settings}}
-    torch.save({**run, "eval_transform": transform}, path)
+    torch.save({**run, "eval_transform": transform, "label_names": ["cat", "dog"]}, path)
     x = torch.randn(2, 1, 16, 16)
     from_file = dict(pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 2}, **settings)
     same = create_classifier("vit_tiny_patch16_224", 2, 1, 16, **from_file)
     assert torch.equal(_outputs(same, x), _outputs(average, x))
     config = timm.data.resolve_data_config({}, model=same)
     assert config["input_size"] == (1, 16, 16) and tuple(config["mean"]) == (0.25,)
+    assert same.pretrained_cfg["label_names"] == ("cat", "dog")  # so that data of other classes is refused
     other = create_classifier("vit_tiny_patch16_224", 3, 1, 16, **from_file)
     assert other.head.weight.shape == (3, 192)  # a new head; the rest the run's average
+    assert not other.pretrained_cfg.get("label_names")  # whose outputs the file's class names do not name
     assert all(torch.equal(v, average.state_dict()[k]) for k, v in other.state_dict().items() if "head" not in k)
     evaluated, built, _ = build_model("vit_tiny_patch16_224", path)
     assert torch.equal(_outputs(evaluated, x), _outputs(average, x)) and built["depth"] == 1

@@ -31,13 +31,13 @@ def create_classifier(
     ``model_kwargs`` go to timm as they are (``pretrained``, ``pretrained_cfg_overlay``, the model's settings).
     """
     check_model_name(model_name)
-    kwargs, declared = _weights_for_timm(model_name, model_kwargs, in_chans, img_size)
+    kwargs, declared = _weights_for_timm(model_name, model_kwargs, in_chans, img_size, num_classes)
     kwargs = dict(kwargs, num_classes=num_classes)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
     try:
         model = _create(model_name, img_size if "img_size" not in model_kwargs else None, kwargs)
-        if declared:  # the input it was built for, where its file's weights were fitted to another
+        if declared:  # the file's class names; the input it was built for, where the weights were fitted to another
             model.pretrained_cfg = {**model.pretrained_cfg, **declared}
         return model
     except LocalEntryNotFoundError as err:  # timm's own pretrained weights, offline and not in the cache
@@ -70,16 +70,17 @@ def _create(model_name: str, img_size: int | None, kwargs: dict[str, Any]) -> nn
 
 
 def _weights_for_timm(
-    model_name: str, model_kwargs: dict[str, Any], in_chans: int | None, img_size: int | None
+    model_name: str, model_kwargs: dict[str, Any], in_chans: int | None, img_size: int | None, num_classes: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``model_kwargs`` whose ``pretrained_cfg_overlay`` names a ``file``, for one of timm's own models (a ResNet, a
     stock ViT trained with train.py): the zoo's models read any checkpoint the zoo reads through their own filter,
     timm's read a file as it lies, and a Lightning run's holds ``model.``-prefixed keys (and a moving average). The
     overlay is given the file's weights as the zoo reads them, which timm's loader then fits as any pretrained
     weights (a classifier of other classes dropped, other input channels folded, the position embedding
-    resampled), and, as a zoo model's file gives them, the run's image statistics. Returned beside: the input the
-    built model declares (its channels and size, statistics per channel), set on it once timm has fitted the
-    weights, which timm needs the file's own channels for."""
+    resampled), and, as a zoo model's file gives them, the run's image statistics. Returned beside: what the built
+    model declares once timm has fitted the weights: the class names of a classifier it keeps (so that an
+    evaluation on data of other classes is refused, as for the zoo's models), and the input it was built for (its
+    channels and size, statistics per channel), where timm needed the file's own channels to fold them."""
     overlay = model_kwargs.get("pretrained_cfg_overlay") or {}
     if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
         return model_kwargs, {}
@@ -90,12 +91,15 @@ def _weights_for_timm(
     if held.model_name and architecture_of(held.model_name) != architecture_of(model_name):
         raise CheckpointError(f"{held.describe()}: it does not fit {model_name}; create {held.model_name!r} to load it")
     overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
+    declared: dict[str, Any] = {}
+    if held.label_names and held.classes_for(model_name) == num_classes:  # the classifier kept: its classes
+        declared["label_names"] = tuple(held.label_names)
     if in_chans is None or img_size is None:
-        return dict(model_kwargs, pretrained_cfg_overlay=overlay), {}
+        return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared
     side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     source = held.in_chans(None, get_pretrained_cfg_value(arch, "first_conv") or "patch_embed.proj") or in_chans
     overlay.setdefault("input_size", (source, *side))  # timm folds the file's channels into the model's
-    declared: dict[str, Any] = {"input_size": (in_chans, *side)}
+    declared["input_size"] = (in_chans, *side)
     for key in ("mean", "std"):  # per channel of the built model (one gray statistic, or three)
         values = tuple(overlay.get(key) or get_pretrained_cfg_value(arch, key) or ())
         if values and len(values) != in_chans:
