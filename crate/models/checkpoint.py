@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -468,6 +468,20 @@ def _built_as_recorded(checkpoint: Checkpoint, variant: str, kwargs: dict[str, A
     return built
 
 
+def check_file_architecture(checkpoint: Checkpoint, variant: str) -> None:
+    """Refuse a file that records another architecture than ``variant``, naming the model to create for it."""
+    if checkpoint.model_name and architecture_of(checkpoint.model_name) != variant:
+        raise CheckpointError(
+            f"{checkpoint.describe()}: it does not fit {variant}; create {checkpoint.model_name!r} to load it"
+        )
+
+
+def per_channel(values: Sequence[float], chans: int) -> tuple[float, ...]:
+    """A statistic (mean, std) of other channels for a model of ``chans`` input channels: their mean on every
+    channel, as timm averages them (with a warning)."""
+    return (sum(values) / len(values),) * chans
+
+
 def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The constructor kwargs of a zoo family with the pretrained file read through :func:`read_checkpoint`.
 
@@ -498,10 +512,7 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
         return kwargs
     overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
     checkpoint = read_checkpoint(path, ema=bool(overlay.pop("ema", False)))
-    if checkpoint.model_name and checkpoint.model_name.split(".")[0] != variant:
-        raise CheckpointError(
-            f"{checkpoint.describe()}: it does not fit {variant}; create {checkpoint.model_name!r} to load it"
-        )
+    check_file_architecture(checkpoint, variant)
     kwargs = _built_as_recorded(checkpoint, variant, kwargs)
     from_overlay = overlay.pop("file", None) is not None
     overlay["state_dict"] = checkpoint.state_dict
@@ -516,7 +527,7 @@ def pretrained_kwargs(variant: str, pretrained: bool, kwargs: dict[str, Any]) ->
     for key in ("mean", "std"):  # per channel of the built model, as timm would average them (with a warning)
         values = overlay.get(key) or _cfg_value(_tag_cfg(kwargs, variant), key)
         if values and len(values) != chans:
-            overlay[key] = (sum(values) / len(values),) * chans
+            overlay[key] = per_channel(values, chans)
     labels = checkpoint.label_names
     if kwargs.get("num_classes", checkpoint.num_classes) != checkpoint.num_classes:
         overlay["label_names"] = None  # a new head: the tag's class names no longer name its outputs

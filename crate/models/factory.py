@@ -10,7 +10,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from timm.models import get_pretrained_cfg_value
 from torch import nn
 
-from .checkpoint import read_checkpoint
+from .checkpoint import check_file_architecture, per_channel, read_checkpoint
 from .convert import CheckpointError
 from .names import architecture_of, check_model_name
 
@@ -88,8 +88,7 @@ def _weights_for_timm(
     if not timm.models.is_model(arch) or timm.models.model_entrypoint(arch).__module__.startswith("crate."):
         return model_kwargs, {}  # a hub name reads its own folder; the zoo's models read any file themselves
     held = read_checkpoint(overlay["file"])
-    if held.model_name and architecture_of(held.model_name) != architecture_of(model_name):
-        raise CheckpointError(f"{held.describe()}: it does not fit {model_name}; create {held.model_name!r} to load it")
+    check_file_architecture(held, arch)
     overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
     declared: dict[str, Any] = {}
     if held.label_names and held.classes_for(model_name) == num_classes:  # the classifier kept: its classes
@@ -101,7 +100,7 @@ def _weights_for_timm(
     overlay.setdefault("input_size", (source, *side))  # timm folds the file's channels into the model's
     declared["input_size"] = (in_chans, *side)
     for key in ("mean", "std"):  # per channel of the built model (one gray statistic, or three)
-        values = tuple(overlay.get(key) or get_pretrained_cfg_value(arch, key) or ())
+        values = overlay.get(key) or get_pretrained_cfg_value(arch, key)
         if values and len(values) != in_chans:
-            declared[key] = (sum(values) / len(values),) * in_chans
+            declared[key] = per_channel(values, in_chans)
     return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared
