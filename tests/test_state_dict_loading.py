@@ -195,3 +195,16 @@ def test_a_colour_file_of_timm_s_own_vit_builds_a_gray_model_with_its_channels_f
     assert torch.equal(gray.blocks[0].attn.qkv.weight, colour.blocks[0].attn.qkv.weight)
     config = timm.data.resolve_data_config({}, model=gray)
     assert config["input_size"] == (1, 16, 16) and len(config["mean"]) == len(config["std"]) == 1
+
+
+def test_a_file_of_another_timm_model_is_refused_not_loaded_as_nothing(tmp_path: Path) -> None:
+    """A plain file records no architecture, and timm loads non-strictly once it drops a classifier of other
+    classes: a ConvNeXt file given to a ResNet left the ResNet at its random initialisation without a word."""
+    import safetensors.torch
+
+    from crate.models import create_classifier
+
+    path = tmp_path / "convnext.safetensors"
+    safetensors.torch.save_file(timm.create_model("convnext_atto", num_classes=2).state_dict(), str(path))
+    with pytest.raises(CheckpointError, match=r"do not fit resnet10t as built \(84 of the model's tensors are not"):
+        create_classifier("resnet10t", 2, 3, 32, pretrained=True, pretrained_cfg_overlay={"file": str(path)})

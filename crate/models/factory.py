@@ -31,12 +31,14 @@ def create_classifier(
     ``model_kwargs`` go to timm as they are (``pretrained``, ``pretrained_cfg_overlay``, the model's settings).
     """
     check_model_name(model_name)
-    kwargs, declared = _weights_for_timm(model_name, model_kwargs, in_chans, img_size, num_classes)
+    kwargs, declared, weights = _weights_for_timm(model_name, model_kwargs, in_chans, img_size, num_classes)
     kwargs = dict(kwargs, num_classes=num_classes)
     if in_chans is not None:
         kwargs["in_chans"] = in_chans
     try:
         model = _create(model_name, img_size if "img_size" not in model_kwargs else None, kwargs)
+        if weights is not None:
+            _check_every_weight_read(model, weights, architecture_of(model_name))
         if declared:  # the file's class names; the input it was built for, where the weights were fitted to another
             model.pretrained_cfg = {**model.pretrained_cfg, **declared}
         return model
@@ -71,7 +73,7 @@ def _create(model_name: str, img_size: int | None, kwargs: dict[str, Any]) -> nn
 
 def _weights_for_timm(
     model_name: str, model_kwargs: dict[str, Any], in_chans: int | None, img_size: int | None, num_classes: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     """``model_kwargs`` whose ``pretrained_cfg_overlay`` names a ``file``, for one of timm's own models (a ResNet, a
     stock ViT trained with train.py): the zoo's models read any checkpoint the zoo reads through their own filter,
     timm's read a file as it lies, and a Lightning run's holds ``model.``-prefixed keys (and a moving average). The
@@ -83,10 +85,10 @@ def _weights_for_timm(
     channels and size, statistics per channel), where timm needed the file's own channels to fold them."""
     overlay = model_kwargs.get("pretrained_cfg_overlay") or {}
     if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
-        return model_kwargs, {}
+        return model_kwargs, {}, None
     arch = architecture_of(model_name)
     if not timm.models.is_model(arch) or timm.models.model_entrypoint(arch).__module__.startswith("crate."):
-        return model_kwargs, {}  # a hub name reads its own folder; the zoo's models read any file themselves
+        return model_kwargs, {}, None  # a hub name reads its own folder; the zoo's models read any file themselves
     held = read_checkpoint(overlay["file"])
     check_file_architecture(held, arch)
     overlay = {**held.eval_transform, **overlay, "state_dict": held.state_dict}
@@ -94,7 +96,7 @@ def _weights_for_timm(
     if held.label_names and held.classes_for(model_name) == num_classes:  # the classifier kept: its classes
         declared["label_names"] = tuple(held.label_names)
     if in_chans is None or img_size is None:
-        return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared
+        return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared, held.state_dict
     side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     source = held.in_chans(None, get_pretrained_cfg_value(arch, "first_conv") or "patch_embed.proj") or in_chans
     overlay.setdefault("input_size", (source, *side))  # timm folds the file's channels into the model's
@@ -103,4 +105,20 @@ def _weights_for_timm(
         values = overlay.get(key) or get_pretrained_cfg_value(arch, key)
         if values and len(values) != in_chans:
             declared[key] = per_channel(values, in_chans)
-    return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared
+    return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared, held.state_dict
+
+
+def _check_every_weight_read(model: nn.Module, weights: dict[str, Any], arch: str) -> None:
+    """Raise where the file's weights and the model's do not name the same tensors, its classifier aside: timm
+    loads pretrained weights non-strictly once it drops a classifier of other classes, so a file of another
+    architecture would leave the model at its random initialisation without a word."""
+    names = get_pretrained_cfg_value(arch, "classifier") or "head"
+    heads = tuple(f"{name}." for name in ((names,) if isinstance(names, str) else names))
+    own = {key for key in model.state_dict() if not key.startswith(heads)}
+    given = {key for key in weights if not key.startswith(heads)}
+    if own != given:
+        missing, unexpected = sorted(own - given), sorted(given - own)
+        raise RuntimeError(
+            f"{len(missing)} of the model's tensors are not in the file (the first: {missing[:3]}) and "
+            f"{len(unexpected)} of the file's are not in the model (the first: {unexpected[:3]})"
+        )
