@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+import yaml
 from conftest import REPO, run_in_process, write_cifar10_like_folder, write_image_folder
 from PIL import Image
 
@@ -68,14 +69,32 @@ def test_a_corrupt_checkpoint_given_by_path_is_a_one_line_error(tmp_path: Path, 
     assert "Traceback" not in proc.stderr
 
 
-def test_validate_and_resume_log_into_the_checkpoint_s_own_run(tmp_path: Path, vit_run: Path) -> None:
-    root = vit_run.parent.parent
-    ckpt = str(vit_run / "checkpoints" / "last.ckpt")
-    _ok(run_in_process("validate", "--config", VIT, *QUIET, "--log_root", str(root), "--ckpt_path", ckpt))
-    assert sorted(p.name for p in vit_run.parent.iterdir()) == ["version_0"]
-    with (vit_run / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    assert sum(1 for row in rows if row.get("val/acc")) >= 2  # the fit's validation and this one, one file
+def test_validate_logs_into_the_checkpoint_s_own_run_apart_from_its_training_history(
+    tmp_path: Path, vit_run: Path, caplog
+) -> None:
+    """Lightning logs an evaluation at epoch 0, step 0: in the run's metrics.csv (and TensorBoard curve) the
+    trained weights' accuracy read as the untrained start's, and the evaluation's hparams.yaml replaced the
+    run's. It logs into the run's ``validate/`` folder; the run's own files stay as they were."""
+    shutil.copytree(vit_run.parent, tmp_path / "vit_nano_digits")
+    run = tmp_path / "vit_nano_digits" / "version_0"
+    shutil.rmtree(run / "validate", ignore_errors=True)  # another test's evaluation of the run
+    own = {name: (run / name).read_bytes() for name in ("metrics.csv", "hparams.yaml", "config.yaml")}
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    lr = ["--model.lr", "0.123", "--trainer.limit_val_batches", "2"]  # lr: a setting the run did not have
+    with caplog.at_level(logging.INFO):
+        _ok(run_in_process("validate", "--config", VIT, *QUIET, *lr, "--log_root", str(tmp_path), "--ckpt_path", ckpt))
+    assert sorted(p.name for p in run.parent.iterdir()) == ["version_0"]
+    assert {name: (run / name).read_bytes() for name in own} == own
+    with (run / "validate" / "metrics.csv").open() as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("val/acc")]
+    with (run / "metrics.csv").open() as handle:
+        fit = [row for row in csv.DictReader(handle) if row.get("val/acc")]
+    assert len(rows) == 1 and len(fit) == 1  # the fit validated once (one epoch), in its own file
+    # the same weights and data: the evaluation reproduces the fit's own last figure
+    assert float(rows[0]["val/acc"]) == pytest.approx(float(fit[0]["val/acc"]), abs=1e-6)
+    assert list((run / "validate").glob("events.out.tfevents.*"))
+    assert yaml.safe_load((run / "validate" / "config.yaml").read_text())["model"]["lr"] == 0.123
+    assert f"logged in {run / 'validate'}" in caplog.text
 
 
 def test_evaluating_a_run_under_the_default_relative_root_does_not_say_it_moved(tmp_path: Path, monkeypatch) -> None:
@@ -176,7 +195,7 @@ def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_
     shutil.copytree(vit_run, runs / "version_0", symlinks=True)
     shutil.copytree(vit_run, runs / "version_1", symlinks=True)
     for version in ("version_0", "version_1"):  # an earlier test's evaluation of the run
-        (runs / version / "config.validate.yaml").unlink(missing_ok=True)
+        shutil.rmtree(runs / version / "validate", ignore_errors=True)
     later = runs / "version_1" / "checkpoints" / "last.ckpt"
     os.utime(later.resolve(), (time.time() + 60, time.time() + 60))  # version 1 is the newest
     best = [p.name for p in (runs / "version_0" / "checkpoints").glob("best-*.ckpt")]
@@ -194,8 +213,8 @@ def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_
     )
     config = own[0]
     _ok(run_in_process("validate", "--config", config, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", "best"))
-    assert (runs / "version_0" / "config.validate.yaml").is_file()  # it logged into the run it evaluated
-    assert not (runs / "version_1" / "config.validate.yaml").exists()
+    assert (runs / "version_0" / "validate" / "config.yaml").is_file()  # it logged into the run it evaluated
+    assert not (runs / "version_1" / "validate").exists()
     # a run moved elsewhere, resumed with its own config alone: it goes on in its folder (it started afresh, in a
     # new version under the log_root its config names)
     moved = tmp_path / "moved" / "vit_nano_digits" / "version_0"
@@ -337,7 +356,7 @@ def test_trainer_default_root_dir_is_where_the_runs_go_unless_log_root_says_othe
             "validate", "--config", DEFAULT, *QUIET, "--trainer.default_root_dir", str(root), "--ckpt_path", "last"
         )
     )
-    assert (run / "config.validate.yaml").exists()  # --ckpt_path last was found under the same root
+    assert (run / "validate" / "config.yaml").exists()  # --ckpt_path last was found under the same root
     proc = run_in_process("fit", "--config", DEFAULT, *fast, "--trainer.default_root_dir", str(root), "--log_root", "x")
     assert proc.returncode == 2 and not (tmp_path / "x").exists()
     assert f"--trainer.default_root_dir {root} and --log_root x name two folders for the runs" in proc.stderr
@@ -736,3 +755,17 @@ def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch
     assert "val/acc" in lines["epoch 1"] and "val/" not in lines["epoch 2"] and "val/" not in lines["epoch 0"]
     validated = re.search(r"epoch 1 .*val/acc (\d\.\d{4})", lines["epoch 1"]).group(1)
     assert f"val/acc          last {validated} at epoch 1, best {validated} at epoch 1" in caplog.text
+
+
+def test_a_batch_limit_the_data_cannot_meet_is_one_line_and_leaves_no_run(tmp_path: Path) -> None:
+    """``--trainer.limit_train_batches 0.001`` of 23 batches is no batch: Lightning's MisconfigurationException
+    was a traceback with exit status 1 and left an empty version folder."""
+    for command, key in (("fit", "limit_train_batches"), ("validate", "limit_val_batches")):
+        proc = run_in_process(
+            command, "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), f"--trainer.{key}", "0.001"
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+        assert len(lines) == 1 and f"increase the `{key}` argument" in lines[0]
+        assert not (tmp_path / "crate_nano_digits").exists()

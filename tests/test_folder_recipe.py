@@ -269,7 +269,7 @@ def test_an_evaluation_or_a_resume_reads_a_folder_at_the_size_and_channels_of_it
     with caplog.at_level(logging.INFO):
         validate = run_in_process("validate", *base, "--data.root", str(large), "--ckpt_path", "last")
     assert validate.returncode == 0, validate.stderr[-2000:]
-    read = yaml.safe_load((run / "config.validate.yaml").read_text())["data"]["init_args"]
+    read = yaml.safe_load((run / "validate" / "config.yaml").read_text())["data"]["init_args"]
     assert (read["img_size"], read["in_chans"]) == (32, 3)  # the folder's own size would be 48
     assert f"the folder's images are read (input 32, RGB: as --ckpt_path {run / 'checkpoints'}" in caplog.text
     # a resume continues at the size its run was given, not the folder's

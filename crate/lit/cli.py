@@ -60,17 +60,30 @@ SIGINT_EXIT = 128 + 2  # and by Ctrl-C (SIGINT)
 
 
 def run_loggers(
-    log_root: str, run_name: str, version: int | None = None, resumed_step: int | None = None
+    log_root: str,
+    run_name: str,
+    version: int | None = None,
+    resumed_step: int | None = None,
+    evaluation: str | None = None,
 ) -> list[Logger]:
     """TensorBoard and CSV loggers writing into one folder, ``log_root/run_name/version_N`` (a new N unless
     ``version`` is given: resuming, validating or testing a run's checkpoint logs into that run's folder;
     ``resumed_step``: the steps of the checkpoint a resume starts from, after which ``metrics.csv``'s rows are
     set aside).
 
-    Checkpoints land in that folder's ``checkpoints/``.
+    ``evaluation`` (``"validate"``, ``"test"``): an evaluation of the run's checkpoint logs into
+    ``version_N/<evaluation>/``, apart from the training history. Lightning logs an evaluation at epoch 0,
+    step 0 whatever the checkpoint's, so in the run's own ``metrics.csv`` and TensorBoard curve it would read
+    as the accuracy of the untrained start (and on other data, as the run's); its ``hparams.yaml`` would
+    replace the run's.
+
+    Checkpoints land in ``version_N/checkpoints/``.
     """
-    tensorboard = TensorBoardLogger(save_dir=log_root, name=run_name, default_hp_metric=False, version=version)
-    csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=tensorboard.version, resumed_step=resumed_step)
+    tensorboard = TensorBoardLogger(
+        save_dir=log_root, name=run_name, default_hp_metric=False, version=version, sub_dir=evaluation
+    )
+    folder = f"version_{tensorboard.version}" + (f"/{evaluation}" if evaluation else "")
+    csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=folder, resumed_step=resumed_step)
     return [tensorboard, csv]
 
 
@@ -270,15 +283,14 @@ class CrateCLI(LightningCLI):
             # config.yaml (wherever its folder now lies); another fit from a run's file starts a new version
             anywhere = self.subcommand != "fit" or of_given_run(config.get("ckpt_path"), _given_configs(config))
             log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
-            if version is not None and self.subcommand != "fit":
+            evaluation = self.subcommand if version is not None and self.subcommand in ("validate", "test") else None
+            if version is not None and self.subcommand == "predict":
                 # into an existing run's folder: keep its config.yaml, save this one beside it
-                self.save_config_kwargs = dict(
-                    self.save_config_kwargs, config_filename=f"config.{self.subcommand}.yaml"
-                )
+                self.save_config_kwargs = dict(self.save_config_kwargs, config_filename="config.predict.yaml")
             steps = self.resumed.record.get("global_step") if self.resumed is not None else None
             resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
-            kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step)
-            CrateCLI.run_dir = Path(log_root, run_name, f"version_{kwargs['logger'][0].version}")
+            kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
+            CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except MisconfigurationException as err:
@@ -593,7 +605,8 @@ def cli_main(
             sections = {"model": model_class, "trainer": L.Trainer}
             sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program, sections)}\n")
         raise SystemExit(2) from None
-    except (CheckpointError, FileNotFoundError, DataError, ConfigError) as err:
+    except (CheckpointError, FileNotFoundError, DataError, ConfigError, MisconfigurationException) as err:
+        # Lightning's MisconfigurationException: a trainer setting the data cannot meet (limit_train_batches 0.001)
         _remove_if_empty(CrateCLI.run_dir)
         if not run:
             raise
