@@ -6,7 +6,8 @@
 (also installed as ``crate-export``). Writes ``NAME.safetensors`` (its metadata records the architecture,
 its settings and the run's data config), the card ``NAME.md`` and its data ``NAME.json`` (architecture,
 data, recipe, epochs, validation accuracy measured on the exported file over the data the run held out,
-the command that produced it, the line that loads it, sha256). Every zoo classifier exports. A
+the command that produced it, the line that loads it, sha256). Every classifier exports: the zoo's, and
+timm's own models trained with ``train.py`` (a ResNet), whose file and hub folder timm builds alone. A
 self-distillation run (``pretrain.py --objective simdino``) exports its teacher backbone as an encoder
 (``num_classes=0``): its card scores the exported file's frozen features by weighted k-NN and a linear probe
 on the run's val split, beside the same architecture at its random initialisation and any ``--control
@@ -17,6 +18,7 @@ fine-tune it first.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shlex
@@ -47,10 +49,19 @@ from crate.run.record import DATA_CONFIG_KEY
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
 
 
-def load_call(model_name: str, out: Path, model_config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+# what timm reads from a pretrained cfg to build one of its own models from a file as it was trained (the zoo's
+# models read these from the file's metadata)
+TIMM_CFG_KEYS = ("input_size", "num_classes", "mean", "std", "interpolation", "crop_pct", "crop_mode", "label_names")
+
+
+def load_call(
+    model_name: str, out: Path, model_config: dict[str, Any], timm_model: torch.nn.Module | None = None
+) -> tuple[str, dict[str, Any]]:
     """(name, keyword arguments) of the ``timm.create_model`` call that builds the exported model from its
     file: the pretrained tag where one names this file, else the architecture with the file and every
-    setting it was trained with."""
+    setting it was trained with. ``timm_model``: the exported model, where it is one of timm's own, which
+    timm builds from the call alone: the call carries the pretrained cfg entries its run gave it (input,
+    classes, image statistics, class names), and an image size only where the model takes one."""
     tag = out.name[: -len(".safetensors")]
     if "." in tag:
         try:
@@ -60,7 +71,11 @@ def load_call(model_name: str, out: Path, model_config: dict[str, Any]) -> tuple
         if cfg_file and Path(cfg_file).resolve() == out.resolve():
             return tag, {"pretrained": True}
     settings = {k: v for k, v in model_config.items() if k != "model_kwargs" and v is not None}
-    overlay = {"file": str(out)}
+    overlay: dict[str, Any] = {"file": str(out)}
+    if timm_model is not None:
+        overlay.update({k: v for k, v in timm_model.pretrained_cfg.items() if k in TIMM_CFG_KEYS})
+        if "img_size" not in inspect.signature(type(timm_model)).parameters:  # a CNN takes any size
+            settings.pop("img_size", None)
     return model_name, {
         "pretrained": True,
         "pretrained_cfg_overlay": overlay,
@@ -108,7 +123,7 @@ def _write_hub_folder(
     weights read alone say what they are."""
     from timm.models import save_for_hf
 
-    input_size = (patch_embed_in_chans(model.patch_embed), *model.patch_embed.img_size)
+    input_size = tuple(model.pretrained_cfg["input_size"])
     labels = {"label_names": label_names} if label_names else None
     save_for_hf(
         model, str(folder), model_config=labels, safe_serialization=True, data_config={"input_size": input_size}
@@ -208,21 +223,61 @@ def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
     return run
 
 
+def _is_zoo_model(model: torch.nn.Module) -> bool:
+    return type(model).__module__.startswith("crate.")
+
+
+def _input_size(model: torch.nn.Module, in_chans: int, img_size: int | list[int] | None) -> tuple[int, ...]:
+    """(channels, height, width) of the images the model was trained on: a transformer's from its patch
+    embedding, a convolutional network's (which takes any size) from the run's image size."""
+    embed = getattr(model, "patch_embed", None)
+    if embed is not None and getattr(embed, "img_size", None) is not None:
+        return (patch_embed_in_chans(embed), *embed.img_size)
+    if img_size is None:
+        return (in_chans, *model.pretrained_cfg["input_size"][1:])
+    return (in_chans, *((img_size, img_size) if isinstance(img_size, int) else img_size))
+
+
+def _load_weights(model: torch.nn.Module, run: Run) -> None:
+    """The run's weights into the model: a zoo model's through the zoo's filter, one of timm's own as they lie
+    (every tensor named as the model names it)."""
+    if _is_zoo_model(model):
+        model.load_state_dict(checkpoint_filter_fn(run.checkpoint.state_dict, model))
+        return
+    try:
+        model.load_state_dict(run.checkpoint.state_dict)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())
+        raise CheckpointError(
+            f"{run.checkpoint.describe()}: its weights do not fit {run.model_name} as its run records it "
+            f"({detail if len(detail) <= 200 else detail[:200] + ' ...'})"
+        ) from err
+
+
 def _exported_model(run: Run, dtype: str) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """(the model as its stored weights give it, in eval mode; the build settings its file records)."""
+    """(the model as its stored weights give it, in eval mode; the build settings its file records). Its
+    pretrained cfg says what the run made of its images (input size, statistics, interpolation) and its classes:
+    the hub folder's ``config.json`` carries it, and timm builds one of its own models from it."""
     hp = run.hparams
     model_kwargs = run.checkpoint.architecture_kwargs
     in_chans, img_size = hp.get("in_chans", 3), hp.get("img_size")
     model = create_classifier(run.model_name, run.num_classes, in_chans, img_size, **model_kwargs)
-    if not type(model).__module__.startswith("crate."):
-        raise CheckpointError(
-            f"{run.path} holds {run.model_name}, a timm model outside the zoo: export writes zoo models, whose "
-            "exported files timm loads back through the zoo; save this model's weights with "
-            "timm.models.load_checkpoint / torch.save instead"
-        )
-    model.load_state_dict(checkpoint_filter_fn(run.checkpoint.state_dict, model))
-    if run.checkpoint.eval_transform:  # the hub folder's config.json says how the run made tensors of its images
-        model.pretrained_cfg = model.default_cfg = {**model.pretrained_cfg, **run.checkpoint.eval_transform}
+    _load_weights(model, run)
+    # one of timm's own models keeps of its cfg what describes the architecture, not timm's pretrained weights
+    # (their tag, license, test crop; their pooled size, at their image size)
+    own = model.pretrained_cfg if _is_zoo_model(model) else {}
+    shape = {
+        k: v
+        for k, v in model.pretrained_cfg.items()
+        if k in ("architecture", "fixed_input_size", "first_conv", "classifier")
+    }
+    model.pretrained_cfg = model.default_cfg = {
+        **own,
+        **shape,
+        **run.checkpoint.eval_transform,
+        "input_size": _input_size(model, in_chans, img_size),
+        "num_classes": run.num_classes,
+    }
     model = model.to(DTYPES[dtype]).float() if dtype != "float32" else model  # what the stored weights give
     model_config = {
         "num_classes": run.num_classes,
@@ -351,7 +406,6 @@ def _card(
     """The card's data: the model and the build settings its file records beside its name (``model_settings``:
     the run's ``model_kwargs`` that shape the model, such as the ISTA step's ``lambd``), the run's data and
     recipe, what was measured, the file and how to load it."""
-    hp = run.hparams
     return {
         "name": name,
         "timm_name": name if "." in name else run.model_name,
@@ -361,7 +415,7 @@ def _card(
         "num_classes": run.num_classes,
         "label_names": label_names,
         "num_features": model.num_features,
-        "input_size": [hp.get("in_chans", 3), *model.patch_embed.img_size],
+        "input_size": list(model.pretrained_cfg["input_size"]),
         "data": run.data_description,
         "data_config": run.data_config or None,
         "epochs": run.epochs,
@@ -421,10 +475,12 @@ def export_checkpoint(
         # (no classifier) names none, whatever classes scored its features
         named = run.checkpoint.label_names or getattr(held_out, "classes", None)
         labels = list(named) if named and getattr(model, "num_classes", None) != 0 else None
+        if labels:
+            model.pretrained_cfg = model.default_cfg = {**model.pretrained_cfg, "label_names": tuple(labels)}
         if out is not None:
             written.append(out)
             _write_weights(model, run, out, dtype, model_config, labels)
-            load = load_call(run.model_name, out, model_config)
+            load = load_call(run.model_name, out, model_config, None if _is_zoo_model(model) else model)
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)

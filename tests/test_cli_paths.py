@@ -4,6 +4,7 @@ checkpoints, predict and test, signals, version folders, config typos and bad da
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from PIL import Image
 from crate.export import main as export_main
 from crate.lit.ckpt_path import resolve_checkpoint
 from crate.lit.data.folder import DataError, ImageFolderDataModule, load_rgb_image
+from crate.models import read_checkpoint
 
 pytestmark = pytest.mark.slow  # trainings and the signal subprocesses: `make test-fast` leaves these out
 
@@ -542,17 +544,53 @@ def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:
     assert len(np.unique(pixels)) > 50
 
 
-def test_export_refuses_a_model_outside_the_zoo_before_writing(tmp_path: Path, capsys) -> None:
+def test_a_run_of_timm_s_own_model_exports_to_files_timm_builds_alone(tmp_path: Path, caplog, capsys) -> None:
+    """A ResNet trained with train.py was refused by export ("outside the zoo"). Its file and hub folder now
+    build through timm alone, with the run's input, statistics and classes (timm's ImageNet cfg of the
+    architecture would resize gray 16-px digits to 176 px in three channels), and its card's accuracy is the one
+    train.py validate measures."""
     from crate.lit import ImageClassifier
 
-    module = ImageClassifier("resnet10t", num_classes=10, in_chans=1)
-    ckpt = tmp_path / "resnet.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, ckpt)
+    resnet = ["--model.model_name", "resnet10t", "--log_root", str(tmp_path), "--baseline.enabled", "false"]
+    _ok(run_in_process("fit", "--config", DEFAULT, *QUICK, *QUIET, *resnet))
+    run = tmp_path / "crate_nano_digits" / "version_0"
+    ckpt = run / "checkpoints" / "last.ckpt"
+    with caplog.at_level(logging.INFO):
+        _ok(run_in_process("validate", "--config", DEFAULT, *QUIET, *resnet, "--ckpt_path", str(ckpt)))
+    with (run / "validate" / "metrics.csv").open() as handle:
+        validated = float(next(row["val/acc"] for row in csv.DictReader(handle) if row.get("val/acc")))
+    out, hub = tmp_path / "resnet.safetensors", tmp_path / "hub"
+    export_main([str(ckpt), "--out", str(out), "--hub-dir", str(hub)])
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["val_images"] == 360 and card["val_accuracy"] == pytest.approx(validated, abs=1e-6)
+    assert card["input_size"] == [1, 16, 16] and card["load"].startswith("timm.create_model('resnet10t'")
+    module = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    x = torch.randn(3, 1, 16, 16)
+    for loaded in (
+        eval(card["load"], {"timm": timm}),  # the card's line as a user pastes it
+        timm.create_model(f"local-dir:{hub}", pretrained=True),
+    ):
+        loaded.eval()
+        with torch.no_grad():  # the weights train.py validated: the moving average where the run kept one
+            expected = module.evaluated_model()(x)
+            torch.testing.assert_close(loaded(x), expected, rtol=0, atol=1e-6)
+        config = timm.data.resolve_data_config({}, model=loaded)
+        recorded = read_checkpoint(ckpt).eval_transform  # what the run made of its images
+        assert [tuple(config[key]) for key in ("mean", "std")] == [tuple(recorded["mean"]), tuple(recorded["std"])]
+        assert tuple(config["input_size"]) == (1, 16, 16) and config["interpolation"] == recorded["interpolation"]
+        assert tuple(loaded.pretrained_cfg["label_names"]) == tuple(str(digit) for digit in range(10))
+    assert "license" not in json.loads((hub / "config.json").read_text())["pretrained_cfg"]  # ImageNet weights' own
+    # a file whose weights are not the architecture its run names: one line, nothing written
+    held = torch.load(ckpt, map_location="cpu", weights_only=False)
+    held["state_dict"] = {
+        f"model.{k}": v for k, v in timm.create_model("resnet14t", num_classes=10).state_dict().items()
+    }
+    other = tmp_path / "other.ckpt"
+    torch.save(held, other)
     with pytest.raises(SystemExit) as exit_info:
-        export_main([str(ckpt), "--out", str(tmp_path / "resnet.safetensors")])
-    assert exit_info.value.code == 2
-    assert "outside the zoo" in capsys.readouterr().err
-    assert not list(tmp_path.glob("resnet.safetensors*"))
+        export_main([str(other), "--out", str(tmp_path / "other.safetensors")])
+    assert exit_info.value.code == 2 and not list(tmp_path.glob("other.safetensors*"))
+    assert "1 input channel, 16px images (lightning file): its weights do not fit resnet10t" in capsys.readouterr().err
 
 
 def test_interpret_preprocesses_image_folders_as_training_did(tmp_path: Path) -> None:

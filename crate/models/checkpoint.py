@@ -179,8 +179,8 @@ class Checkpoint:
             parts.append(f"width {width}, {depth} layers")
         if self.num_classes is not None:
             parts.append(f"{self.num_classes} classes")
-        if self.hparams.get("in_chans") is not None:
-            parts.append(f"{self.hparams['in_chans']} input channels")
+        if (channels := self.hparams.get("in_chans")) is not None:
+            parts.append(f"{channels} input channel{'' if channels == 1 else 's'}")
         if self.hparams.get("img_size") is not None:
             parts.append(f"{self.hparams['img_size']}px images")
         return f"{self.path} holds {', '.join(parts)} ({self.source} file)"

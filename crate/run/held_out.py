@@ -94,9 +94,19 @@ def validation_split_note(config: dict[str, Any]) -> str | None:
         return None
 
 
+def model_input_size(model: torch.nn.Module) -> tuple[int, int, int]:
+    """(channels, height, width) the model takes: its patch embedding's (zoo PatchEmbed or timm's conv
+    PatchEmbed), or for a network without one (a CNN, which takes any size) its pretrained cfg's."""
+    embed = getattr(model, "patch_embed", None)
+    if embed is None:
+        channels, height, width = model.pretrained_cfg["input_size"]
+        return int(channels), int(height), int(width)
+    return patch_embed_in_chans(embed), *map(int, embed.img_size)
+
+
 def model_in_chans(model: torch.nn.Module) -> int:
-    """Channels the model's patch embedding takes (zoo PatchEmbed or timm's conv PatchEmbed)."""
-    return patch_embed_in_chans(model.patch_embed)
+    """Channels the model takes (:func:`model_input_size`)."""
+    return model_input_size(model)[0]
 
 
 def describe_data(config: dict[str, Any]) -> str:
@@ -280,7 +290,7 @@ def digits_split(config: dict[str, Any], model: torch.nn.Module) -> tuple[Any, A
         raise ValueError(f"DigitsDataModule takes no settings {unknown}")
     split = {k: args[k] for k in ("val_fraction", "split_seed") if k in args}
     train, val = load_digits_tensors(
-        img_size=model.patch_embed.img_size[0],
+        img_size=model_input_size(model)[1],
         in_chans=model_in_chans(model),
         val_fraction=split.get("val_fraction", 0.2),
         seed=split.get("split_seed", 0),
