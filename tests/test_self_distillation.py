@@ -286,6 +286,18 @@ def test_local_views_a_fixed_size_model_cannot_take_are_refused_before_training(
     assert trainer.global_step == 1
 
 
+def test_a_convolutional_network_trains_on_local_views_of_another_size(tmp_path: Path) -> None:
+    """A ResNet takes any image size: it was refused as a model that "takes 32x32 images only"."""
+    views = MultiCrop(global_crops=2, local_crops=2, local_size=16)
+    data = StoredImageFolderDataModule(
+        str(_folder(tmp_path / "images")), batch_size=8, drop_last=True, multi_crop=views
+    )
+    module = SelfDistillation("resnet10t", num_classes=2, img_size=32)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, data)
+    assert trainer.global_step == 1
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="teacher_momentum"):
         _module(teacher_momentum=1.5)

@@ -156,7 +156,11 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
                 "configs/simdino/ has examples)"
             )
         views = getattr(data, "multi_crop", None)
-        fixed = not getattr(self.student, "dynamic_img_size", False)
+        # a transformer built for one size (timm's fixed_input_size) unless it takes any (dynamic_img_size); a
+        # convolutional network takes any size
+        fixed = self.student.pretrained_cfg.get("fixed_input_size", False) and not getattr(
+            self.student, "dynamic_img_size", False
+        )
         if (
             stage == "fit"
             and views is not None
