@@ -38,12 +38,12 @@ from crate.errors import DataError, one_line
 from crate.interpret import EvalData, load_data
 from crate.interpret.controls import initialised, remember_build
 from crate.interpret.frozen_features import frozen_feature_scores, same_inputs, unscorable
-from crate.layers import patch_embed_in_chans
 from crate.model_card import card_markdown, hub_card
 from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, file_sha256, read_checkpoint
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import NoDataFolder, Run, build_model, held_out_accuracy, held_out_set, validation_split_note
+from crate.run.held_out import model_input_size
 from crate.run.record import DATA_CONFIG_KEY
 
 __all__ = ["export_checkpoint", "load_call", "load_line", "main"]
@@ -230,9 +230,8 @@ def _is_zoo_model(model: torch.nn.Module) -> bool:
 def _input_size(model: torch.nn.Module, in_chans: int, img_size: int | list[int] | None) -> tuple[int, ...]:
     """(channels, height, width) of the images the model was trained on: a transformer's from its patch
     embedding, a convolutional network's (which takes any size) from the run's image size."""
-    embed = getattr(model, "patch_embed", None)
-    if embed is not None and getattr(embed, "img_size", None) is not None:
-        return (patch_embed_in_chans(embed), *embed.img_size)
+    if getattr(model, "patch_embed", None) is not None:
+        return model_input_size(model)
     if img_size is None:
         return (in_chans, *model.pretrained_cfg["input_size"][1:])
     return (in_chans, *((img_size, img_size) if isinstance(img_size, int) else img_size))
