@@ -18,6 +18,10 @@ import csv
 import statistics
 from pathlib import Path
 
+import yaml
+
+from crate.run.held_out import describe_data
+
 
 def per_epoch(path: Path, column: str) -> dict[int, float]:
     """``column``'s value at each epoch that logged it (the last value wins)."""
@@ -27,6 +31,27 @@ def per_epoch(path: Path, column: str) -> dict[int, float]:
             if row.get(column) and row.get("epoch"):
                 values[int(row["epoch"])] = float(row[column])
     return values
+
+
+def validated_on(metrics_csv: Path) -> str | None:
+    """The data a run validated on, as the run's ``config.yaml`` beside its ``metrics.csv`` gives it (the DataModule
+    and the settings that choose its images); None where no config lies beside it."""
+    config = metrics_csv.with_name("config.yaml")
+    if not config.is_file():
+        return None
+    data = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data")
+    return describe_data(data) if isinstance(data, dict) and "class_path" in data else None
+
+
+def check_same_data(run: Path, reference: Path) -> None:
+    """Refuse two runs that validated on other data (a subset against the whole split, another split seed): their
+    val accuracies are figures on other images, and a lead of one over the other says nothing."""
+    ours, theirs = validated_on(run), validated_on(reference)
+    if ours is not None and theirs is not None and ours != theirs:
+        raise SystemExit(
+            f"compare_runs: the runs validated on other data ({run.parent.name}: {ours}; {reference.parent.name}: "
+            f"{theirs}); pass --other-data to compare them anyway"
+        )
 
 
 def compare(
@@ -72,10 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--last", type=int, default=10, help="epochs the means are taken over")
     parser.add_argument("--since", type=int, default=1, help="the first epoch compared (counted from 1)")
     parser.add_argument("--until", type=int, default=None, help="the last epoch compared (counted from 1)")
+    parser.add_argument(
+        "--other-data", action="store_true", help="compare runs whose config.yaml names other validation data"
+    )
     args = parser.parse_args(argv)
     for path in (args.run, args.reference):
         if not path.is_file():
             raise SystemExit(f"compare_runs: {path} does not exist; pass a run's metrics.csv")
+    if not args.other_data:
+        check_same_data(args.run, args.reference)
     for key, value in compare(args.run, args.reference, args.last, args.since, args.until).items():
         print(f"{key:22s} {value:.4f}" if isinstance(value, float) else f"{key:22s} {value}")
 

@@ -2,6 +2,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchmarks.compare_runs import compare
 
@@ -52,3 +53,27 @@ def test_compare_runs_refuses_a_file_without_validation_figures(tmp_path: Path) 
     empty.write_text("epoch,step\n0,1\n")
     with pytest.raises(SystemExit, match="logs no val/acc"):
         compare(empty, empty)
+
+
+def test_compare_runs_refuses_runs_that_validated_on_other_data(tmp_path: Path, capsys) -> None:
+    """A run on a 10,000-image subset against one on the whole split: other validation images, so a lead says
+    nothing. Refused where the runs' config.yaml files name other data; the same data with another recipe passes."""
+    from benchmarks.compare_runs import main
+
+    def run(name: str, root: str, lr: float) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        data = {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": {"root": root, "batch_size": 64}}
+        (folder / "config.yaml").write_text(yaml.safe_dump({"model": {"lr": lr}, "data": data}))
+        return _write(folder / "metrics.csv", [0.5, 0.6])
+
+    subset, whole, other_lr = (
+        run("subset", "data/cifar10_10k", 1e-3),
+        run("whole", "data/cifar10", 1e-3),
+        run("lr", "data/cifar10_10k", 2e-3),
+    )
+    with pytest.raises(SystemExit, match=r"validated on other data \(subset: .*root=data/cifar10_10k.*whole: .*"):
+        main([str(subset), str(whole)])
+    main([str(subset), str(whole), "--other-data"])
+    main([str(subset), str(other_lr)])
+    assert capsys.readouterr().out.count("epochs_ahead") == 2
