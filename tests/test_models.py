@@ -125,6 +125,16 @@ def test_a_hub_folder_given_as_a_model_name_is_answered_with_what_it_holds(tmp_p
 def test_factory_builds_timm_models_without_img_size() -> None:
     model = create_classifier("resnet10t", num_classes=4, in_chans=1, img_size=32)
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)
+    assert model.training  # the size check ran it once in eval mode, and handed it back for training
+
+
+def test_a_network_that_cannot_take_the_image_size_is_refused_when_built() -> None:
+    """ConvNeXt downsamples by 32: 16-px digits reach its last stage as nothing, and the first training step
+    failed with a traceback from a convolution. 32 px is the least it takes."""
+    with pytest.raises(ValueError, match=r"^convnext_atto cannot take 16x16 images \(Calculated padded input size"):
+        create_classifier("convnext_atto", num_classes=4, in_chans=1, img_size=16)
+    model = create_classifier("convnext_atto", num_classes=4, in_chans=1, img_size=32)
+    assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)
 
 
 def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import timm
+import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
 from timm.models import get_pretrained_cfg_value
 from torch import nn
@@ -62,13 +63,35 @@ def create_classifier(
 
 
 def _create(model_name: str, img_size: int | None, kwargs: dict[str, Any]) -> nn.Module:
-    if img_size is not None:
-        try:
-            return timm.create_model(model_name, img_size=img_size, **kwargs)
-        except TypeError as err:
-            if "img_size" not in str(err):
-                raise
-    return timm.create_model(model_name, **kwargs)
+    if img_size is None:
+        return timm.create_model(model_name, **kwargs)
+    try:
+        return timm.create_model(model_name, img_size=img_size, **kwargs)
+    except TypeError as err:
+        if "img_size" not in str(err):
+            raise
+    model = timm.create_model(model_name, **kwargs)
+    _check_takes_size(model, model_name, kwargs.get("in_chans"), img_size)
+    return model
+
+
+def _check_takes_size(model: nn.Module, model_name: str, in_chans: int | None, img_size: int | tuple[int, int]) -> None:
+    """A network built without an image size (a CNN takes any) may still not take images of this size (its
+    downsampling leaves nothing of them), which the first training step would meet as a traceback: one blank
+    image through it says so before anything runs."""
+    side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    channels = in_chans or model.pretrained_cfg.get("input_size", (3,))[0]
+    training = model.training
+    try:
+        with torch.no_grad():
+            model.eval()(torch.zeros(1, channels, *side))
+    except RuntimeError as err:
+        raise ValueError(
+            f"{model_name} cannot take {side[0]}x{side[1]} images ({' '.join(str(err).split())}): give images of "
+            "a size it takes (a CNN's downsampling needs larger ones), or another network"
+        ) from err
+    finally:
+        model.train(training)
 
 
 def _weights_for_timm(
