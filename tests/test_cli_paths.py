@@ -807,3 +807,18 @@ def test_a_batch_limit_the_data_cannot_meet_is_one_line_and_leaves_no_run(tmp_pa
         lines = [line for line in proc.stderr.splitlines() if "error:" in line]
         assert len(lines) == 1 and f"increase the `{key}` argument" in lines[0]
         assert not (tmp_path / "crate_nano_digits").exists()
+
+
+def test_a_trainer_setting_that_needs_a_package_not_installed_is_one_line(tmp_path: Path) -> None:
+    """``--trainer.precision transformer-engine`` without NVIDIA's package: Lightning's ModuleNotFoundError was a
+    traceback with exit status 1."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformer_engine") is not None:
+        pytest.skip("transformer_engine is installed here")
+    proc = run_in_process(
+        "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--trainer.precision", "transformer-engine"
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "train.py: error: the trainer settings cannot run here (Requirement 'transformer_engine" in proc.stderr
+    assert not (tmp_path / "crate_nano_digits").exists()

@@ -293,7 +293,7 @@ class CrateCLI(LightningCLI):
             CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except MisconfigurationException as err:
+        except (MisconfigurationException, ModuleNotFoundError) as err:  # a setting needing a package not here
             accelerator = str(trainer_config.get("accelerator", "auto"))
             hint = ""
             if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
