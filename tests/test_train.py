@@ -220,3 +220,17 @@ def test_an_unreadable_image_met_by_a_loader_worker_is_one_line(tmp_path: Path) 
     )  # fmt: skip
     line = _one_line_error(proc, tmp_path / "logs")
     assert f"cannot read image {broken}" in line and "replace or remove the file" in line
+
+
+@pytest.mark.parametrize("section", ["model: 3", "model: null", "rate_monitor: null", "baseline: [1, 2]"])
+def test_a_config_section_given_a_value_instead_of_settings_is_one_line(tmp_path: Path, section: str) -> None:
+    """``model: 3`` reached a constructor as a traceback (``'int' object has no attribute 'get'``, ``argument after
+    ** must be a mapping``)."""
+    config = tmp_path / "section.yaml"
+    config.write_text(section + "\n")
+    proc = run_in_process("fit", "--config", DEFAULT, "--config", str(config), "--log_root", str(tmp_path))
+    name, _, value = section.partition(": ")
+    assert _one_line_error(proc, tmp_path) == (
+        f"train.py: error: the config's `{name}:` is {value}, not settings: give it `key: value` lines under it "
+        "(python train.py fit --print_config lists them)"
+    )

@@ -14,7 +14,7 @@ from typing import Any
 import lightning as L
 import timm
 import torch
-from jsonargparse import ArgumentError
+from jsonargparse import ArgumentError, Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -26,7 +26,7 @@ from timm.layers import to_2tuple
 from crate.errors import innermost_refusal, keys_help, one_line, parser_problem
 from crate.models import Checkpoint, CheckpointError, hub_weights, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
-from crate.run.record import run_config
+from crate.run.record import PROGRAMS, run_config
 from crate.run.resume_check import check_evaluation_data, check_resume_data, check_resume_recipe
 
 from .batch_limits import WholeBatchCountsConfig, whole_batch_counts
@@ -192,12 +192,28 @@ class CrateCLI(LightningCLI):
             self.held_checkpoint = check_readable(Path(path))
             check_checkpoint_model(self.held_checkpoint, config["model"]["model_name"], module)
 
+    def _refuse_sections_without_settings(self, config: Namespace) -> None:
+        """A section of settings given as a value (``model: 3`` or ``rate_monitor: null`` in a config) is one line:
+        jsonargparse passed it on to a traceback in a constructor. The data, optimizer and scheduler sections may
+        name a class instead."""
+        parser = self._parser(self.subcommand)
+        for name in sorted(set(getattr(parser, "groups", {})) - {self.subcommand, "data", "optimizer", "lr_scheduler"}):
+            value = config.get(name)
+            if name in config and not isinstance(value, Namespace):  # (a section without settings is None)
+                raise ConfigError(
+                    f"the config's `{name}:` is {'null' if value is None else repr(value)}, not settings: give it "
+                    "`key: value` lines under it "
+                    f"(python {PROGRAMS.get(self.model_class.__name__, 'train.py')} {self.subcommand} --print_config "
+                    "lists them)"
+                )
+
     def before_instantiate_classes(self) -> None:
         """Refuse a subcommand the module cannot serve (``pretrain.py predict``) before anything is built."""
         refused = getattr(self.model_class, "refused_subcommands", {})
         if self.subcommand in refused:
             raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
         config = self.config[self.subcommand] if self.subcommand else self.config
+        self._refuse_sections_without_settings(config)
         refuse_file_as_model_name((config.get("model") or {}).get("model_name"))
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
