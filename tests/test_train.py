@@ -222,7 +222,7 @@ def test_an_unreadable_image_met_by_a_loader_worker_is_one_line(tmp_path: Path) 
     assert f"cannot read image {broken}" in line and "replace or remove the file" in line
 
 
-@pytest.mark.parametrize("section", ["model: 3", "model: null", "rate_monitor: null", "baseline: [1, 2]"])
+@pytest.mark.parametrize("section", ["model: 3", "model: null", "trainer: 3", "rate_monitor: null", "baseline: [1, 2]"])
 def test_a_config_section_given_a_value_instead_of_settings_is_one_line(tmp_path: Path, section: str) -> None:
     """``model: 3`` reached a constructor as a traceback (``'int' object has no attribute 'get'``, ``argument after
     ** must be a mapping``)."""

@@ -166,7 +166,9 @@ class CrateCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
-        config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        self._refuse_sections_without_settings(config, subcommand)
         expand_home(config)
         argv = sys.argv[1:] if args is None else args if isinstance(args, list) else []
         self.batch_counts = whole_batch_counts(config, argv)
@@ -192,19 +194,18 @@ class CrateCLI(LightningCLI):
             self.held_checkpoint = check_readable(Path(path))
             check_checkpoint_model(self.held_checkpoint, config["model"]["model_name"], module)
 
-    def _refuse_sections_without_settings(self, config: Namespace) -> None:
+    def _refuse_sections_without_settings(self, config: Namespace, subcommand: str | None) -> None:
         """A section of settings given as a value (``model: 3`` or ``rate_monitor: null`` in a config) is one line:
         jsonargparse passed it on to a traceback in a constructor. The data, optimizer and scheduler sections may
         name a class instead."""
-        parser = self._parser(self.subcommand)
-        for name in sorted(set(getattr(parser, "groups", {})) - {self.subcommand, "data", "optimizer", "lr_scheduler"}):
+        parser = self._parser(subcommand)
+        for name in sorted(set(getattr(parser, "groups", {})) - {subcommand, "data", "optimizer", "lr_scheduler"}):
             value = config.get(name)
             if name in config and not isinstance(value, Namespace):  # (a section without settings is None)
+                program = PROGRAMS.get(self.model_class.__name__, "train.py")
                 raise ConfigError(
                     f"the config's `{name}:` is {'null' if value is None else repr(value)}, not settings: give it "
-                    "`key: value` lines under it "
-                    f"(python {PROGRAMS.get(self.model_class.__name__, 'train.py')} {self.subcommand} --print_config "
-                    "lists them)"
+                    f"`key: value` lines under it (python {program} {subcommand or 'fit'} --print_config lists them)"
                 )
 
     def before_instantiate_classes(self) -> None:
@@ -213,7 +214,6 @@ class CrateCLI(LightningCLI):
         if self.subcommand in refused:
             raise ConfigError(f"{self.subcommand} is not available here: {refused[self.subcommand]}")
         config = self.config[self.subcommand] if self.subcommand else self.config
-        self._refuse_sections_without_settings(config)
         refuse_file_as_model_name((config.get("model") or {}).get("model_name"))
         check_output_paths(config, self.subcommand)
         if self.subcommand == "fit":
