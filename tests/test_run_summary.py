@@ -393,3 +393,28 @@ def test_a_run_that_validates_on_cifar_s_test_split_says_so_in_its_summary_and_c
     with caplog.at_level(logging.INFO):
         trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
     assert "fit ended" in caplog.text and "note" not in caplog.text
+
+
+def test_a_fit_stopped_by_early_stopping_says_so_and_one_that_ran_its_epochs_does_not(tmp_path: Path, caplog) -> None:
+    """A fit given 6 epochs that ended after 2 said only "fit ended after 2 epochs": the reason was Lightning's
+    EarlyStopping, whose own account is now a line of the summary."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    for patience, min_delta in ((1, 2.0), (10, 0.0)):  # no accuracy rises by 2: stopped at the second check
+        trainer, _ = _trainer(tmp_path / str(patience), enable_progress_bar=False, max_epochs=4)
+        stopper = EarlyStopping(monitor="val/acc", mode="max", patience=patience, min_delta=min_delta)
+        trainer.callbacks.append(stopper)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            trainer.fit(
+                ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8)
+            )
+        said = [line for line in caplog.text.splitlines() if "stopped early" in line]
+        if patience == 1:
+            assert trainer.current_epoch == 2 and "fit ended after 2 epochs, 4 steps" in caplog.text
+            assert len(said) == 1 and said[0].endswith(
+                "stopped early    EarlyStopping (its own account: Monitored metric val/acc did not improve in the "
+                f"last 1 records. Best score: {stopper.best_score:.3f}. Signaling Trainer to stop.)"
+            )
+        else:
+            assert trainer.current_epoch == 4 and not said

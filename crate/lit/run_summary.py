@@ -292,6 +292,10 @@ class RunSummary(Callback):
             lines.append(f"  run folder       {_relative(trainer.log_dir)}")
         if not self._trained:
             lines.append(f"  nothing trained  {_why_untrained(trainer)}")
+        for callback in trainer.early_stopping_callbacks:  # why a run given more epochs ended before them
+            if trainer.should_stop and callback.stopped_epoch == trainer.current_epoch - 1:  # this session's stop
+                message = " ".join((callback.stopping_reason_message or "").split())
+                lines.append(f"  stopped early    EarlyStopping (its own account: {message})")
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
