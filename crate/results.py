@@ -213,6 +213,11 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as err:  # a folder that cannot be made there: said before minutes of scoring, not after
         parser.error(f"--out-dir {args.out_dir}: cannot create it ({err.strerror}); give a folder you can write")
     tags = args.tags or shipped_tags()
+    for tag in tags:  # a mistyped tag is refused before minutes of scoring the others (and writing their cards)
+        try:
+            check_model_name(tag, pretrained=True, files_too=False)
+        except ValueError as err:
+            parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
     encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:
         parser.exit(

@@ -87,6 +87,20 @@ def test_a_misspelt_tag_is_refused_with_the_names_that_exist(tmp_path: Path, cap
     assert not list(tmp_path.iterdir())
 
 
+def test_a_misspelt_tag_among_good_ones_is_refused_before_any_is_scored(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The good tag before it was scored first (and on --split test its card rewritten), then the run stopped."""
+    import crate.results as results
+
+    def evaluate(tag: str, *args):
+        raise AssertionError(f"{tag} scored before every tag was checked")
+
+    monkeypatch.setattr(results, "evaluate_tag", evaluate)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.digits", "crate_nano_patch4_32.digit"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("crate-results: error: crate_nano_patch4_32.digit: ")
+
+
 def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
     from hub_cache import serve_offline
 
