@@ -65,6 +65,21 @@ def test_learning_rate_follows_linear_warmup_then_cosine_per_step() -> None:
     assert recorder.lrs == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_warmup_as_long_as_the_run_is_said_and_a_shorter_one_is_not() -> None:
+    """The digits config's 3 warm-up epochs in a 1-epoch run: the rate rose over every step but the last and never
+    decayed, without a word."""
+    long = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=3)
+    recorder = _RecordLR()
+    with pytest.warns(UserWarning, match=r"--model.warmup_epochs 3 is as long as this run \(4 steps\)"):
+        _fit(long, steps=4, callbacks=[recorder])
+    assert recorder.lrs == sorted(recorder.lrs) and recorder.lrs[-1] == pytest.approx(1e-3)  # rising throughout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*(num_workers|does not have many workers).*")
+        short = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=0.5)
+        _fit(short, steps=4)
+
+
 def test_a_resume_with_more_epochs_anneals_over_the_new_length(tmp_path: Path) -> None:
     """Two epochs of 4 steps, then resumed with max_epochs 4: the 8 new updates follow the cosine over 16
     updates (a transcription of the formula), not the floor the 8-update schedule reached, and the change is

@@ -117,6 +117,12 @@ class TimmOptimization:
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
         warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
+        if hp.warmup_epochs > 0 and total_steps > 1 and warmup_steps == total_steps - 1:
+            rank_zero_warn(
+                f"--model.warmup_epochs {hp.warmup_epochs:g} is as long as this run ({total_steps:,} steps): the "
+                "learning rate rises over all of them but the last and never decays; give fewer warm-up epochs "
+                "than the run trains"
+            )
         scheduler = RunCosineSchedule(
             optimizer,
             t_initial=max(1, total_steps - warmup_steps),
