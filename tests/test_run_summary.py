@@ -418,3 +418,25 @@ def test_a_fit_stopped_by_early_stopping_says_so_and_one_that_ran_its_epochs_doe
             )
         else:
             assert trainer.current_epoch == 4 and not said
+
+
+def test_a_figure_read_on_part_of_its_split_says_how_much(tmp_path: Path, caplog) -> None:
+    """``--trainer.limit_val_batches 2`` of 6: the summary gave the figure of 2 batches as the split's, in the fit's
+    summary and in validate's line; read whole, nothing is added."""
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+    data = DigitsDataModule(batch_size=64)  # 360 validation images: 6 batches
+    trainer, best = _trainer(tmp_path, enable_progress_bar=False, max_epochs=1, limit_val_batches=2)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(module, data)
+    assert re.search(
+        r"val/acc +last \d\.\d{4}, best .* \(on 2 of its 6 batches: --trainer.limit_val_batches", caplog.text
+    )
+    for limit, said in ((3, "(on 3 of its 6 batches: --trainer.limit_val_batches or fast_dev_run)"), (1.0, None)):
+        caplog.clear()
+        evaluator = L.Trainer(
+            limit_val_batches=limit, logger=False, callbacks=[RunSummary()], enable_progress_bar=False
+        )
+        with caplog.at_level(logging.INFO):
+            evaluator.validate(module, data, ckpt_path=best.last_model_path)
+        line = next(line for line in caplog.text.splitlines() if "val of " in line)
+        assert (said in line) if said else "batches" not in line

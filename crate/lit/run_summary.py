@@ -98,17 +98,25 @@ def _noise(last: float, baseline: dict[str, Any]) -> str:
     return f"; {apart:+d} images of {images:,} against the better baseline, {said}"
 
 
-def _partial_validation(trainer: L.Trainer) -> tuple[int, int] | None:
-    """(batches validated, batches the validation loaders hold) where the last validation read fewer than all
-    (``--trainer.limit_val_batches``, ``fast_dev_run``), else None."""
-    loaders = trainer.val_dataloaders
+def _partial_validation(trainer: L.Trainer, stage: str = "val") -> tuple[int, int] | None:
+    """(batches read, batches the loaders hold) where the last validation (``stage`` "test": test) read fewer than
+    all (``--trainer.limit_val_batches``, ``limit_test_batches``, ``fast_dev_run``), else None."""
+    loaders = trainer.val_dataloaders if stage == "val" else trainer.test_dataloaders
     loaders = loaders if isinstance(loaders, list | tuple) else [loaders]
     try:
         whole = sum(len(loader) for loader in loaders)
-    except TypeError:  # a loader without a length: nothing to compare
+    except TypeError:  # a loader without a length (or none): nothing to compare
         return None
-    done = sum(int(n) for n in trainer.num_val_batches)
+    done = sum(int(n) for n in (trainer.num_val_batches if stage == "val" else trainer.num_test_batches))
     return (done, whole) if done < whole else None
+
+
+def _partial_words(trainer: L.Trainer, stage: str) -> str:
+    """Where an evaluation read part of its split: how much, and which setting limits it."""
+    partial = _partial_validation(trainer, stage)
+    if partial is None:
+        return ""
+    return f" (on {partial[0]:,} of its {partial[1]:,} batches: --trainer.limit_{stage}_batches or fast_dev_run)"
 
 
 def _baseline_line(last: float, baseline: dict[str, Any], partial: tuple[int, int] | None) -> str:
@@ -301,7 +309,7 @@ class RunSummary(Callback):
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
             validated = self._validated_epoch
             when = f" at epoch {validated}" if validated is not None and validated != trainer.current_epoch - 1 else ""
-            lines.append(f"  {name:<16} last {last:.4f}{when}{best}")
+            lines.append(f"  {name:<16} last {last:.4f}{when}{best}{_partial_words(trainer, 'val')}")
         elif self._best is not None:  # no validation in this session: the best the checkpoint recorded
             lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
         if last is not None or self._best is not None:
@@ -320,6 +328,7 @@ class RunSummary(Callback):
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
         shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if v is not None) or "no metrics"
         folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.log_dir else ""
+        shown += _partial_words(trainer, stage) if metrics else ""
         note = _test_split_note(trainer, "val") if stage == "val" else []
         rank_zero_info("\n".join([f"{stage} of {_weights_evaluated(trainer, pl_module)}: {shown}{folder}", *note]))
 
