@@ -451,8 +451,9 @@ def test_former_tracebacks_are_one_line_and_exit_2(tmp_path: Path, case: str, me
 
 
 def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_path: Path) -> None:
-    """A checkpoint under another --log_root: its predictions.csv lands in its own run folder; a val folder that
-    lacks a class is warned of, and a prediction of that class still carries its name."""
+    """A checkpoint under another --log_root: its predictions.csv lands in its own run folder's predict/ (which
+    keeps the run's own hparams.yaml as it was); a val folder that lacks a class is warned of, and a prediction of
+    that class still carries its name."""
     write_image_folder(tmp_path / "images", classes=3, per_class=2)
     for image in (tmp_path / "images" / "val" / "class_2").iterdir():
         image.unlink()
@@ -464,26 +465,28 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "runs" / "crate_nano_imagefolder" / "version_0"
     ckpt = str(run / "checkpoints" / "last.ckpt")
+    hparams = (run / "hparams.yaml").read_bytes()
     elsewhere = tmp_path / "elsewhere"
     proc = run_in_process(
         "predict", "--config", folder, *data, *QUIET, "--log_root", str(elsewhere), "--ckpt_path", ckpt
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert not elsewhere.exists()
-    with (run / "predictions.csv").open() as handle:
+    assert not elsewhere.exists() and (run / "hparams.yaml").read_bytes() == hparams
+    predicted = run / "predict"
+    with (predicted / "predictions.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 4 and all(row["predicted_name"] == f"class_{row['predicted']}" for row in rows)
     # each row's label names the folder its file lies in
     assert all(row["label_name"] == Path(row["file"]).parent.name for row in rows)
     # the test split's predictions go beside the validation split's, which stay as they were
     shutil.copytree(tmp_path / "images" / "val", tmp_path / "images" / "test")
-    before = (run / "predictions.csv").read_bytes()
+    before = (predicted / "predictions.csv").read_bytes()
     proc = run_in_process(
         "predict", "--config", folder, *data, *QUIET, "--data.predict_split", "test", "--ckpt_path", ckpt
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (run / "predictions.csv").read_bytes() == before
-    with (run / "predictions_test.csv").open() as handle:
+    assert (predicted / "predictions.csv").read_bytes() == before
+    with (predicted / "predictions_test.csv").open() as handle:
         files = [Path(row["file"]) for row in csv.DictReader(handle)]
     assert sorted(files) == sorted((tmp_path / "images" / "test").glob("*/*.png"))
     # new images without class folders, at any depth: no label, and each predicted as the same file in val/ was
@@ -495,9 +498,9 @@ def test_predict_writes_into_the_checkpoint_s_own_run_and_names_every_class(tmp_
         "predict", "--config", folder, *data, *QUIET, "--data.predict_root", str(new), "--ckpt_path", ckpt
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    with (run / "predictions_new_images.csv").open() as handle:
+    with (predicted / "predictions_new_images.csv").open() as handle:
         unlabelled = list(csv.DictReader(handle))
-    with (run / "predictions_test.csv").open() as handle:
+    with (predicted / "predictions_test.csv").open() as handle:
         of_file = {Path(row["file"]).relative_to(tmp_path / "images" / "test"): row for row in csv.DictReader(handle)}
     assert [row["file"] for row in unlabelled] == [str(new / "first.png"), str(new / "deeper" / "last.png")]
     for row, same in zip(unlabelled, (files[0], files[-1]), strict=True):
@@ -524,7 +527,7 @@ def test_a_prediction_file_under_a_file_is_refused_before_predicting(tmp_path: P
         f"train.py: error: --prediction_writer.output {tmp_path / 'file'}: {tmp_path / 'file'} is a file, not a "
         "folder; give a folder for predictions.csv"
     ]
-    assert (tmp_path / "file").read_text() == "not a folder" and not (vit_run / "predictions.csv").exists()
+    assert (tmp_path / "file").read_text() == "not a folder" and not list(vit_run.rglob("predictions*.csv"))
 
 
 def test_bad_dataset_files_get_clear_errors(tmp_path: Path) -> None:

@@ -71,10 +71,11 @@ def run_loggers(
     ``resumed_step``: the steps of the checkpoint a resume starts from, after which ``metrics.csv``'s rows are
     set aside).
 
-    ``evaluation`` (``"validate"``, ``"test"``): an evaluation of the run's checkpoint logs into
-    ``version_N/<evaluation>/``, apart from the training history. Lightning logs an evaluation at epoch 0,
-    step 0 whatever the checkpoint's, so in the run's own ``metrics.csv`` and TensorBoard curve it would read
-    as the accuracy of the untrained start (and on other data, as the run's); its ``hparams.yaml`` would
+    ``evaluation`` (``"validate"``, ``"test"``, ``"predict"``): an evaluation of the run's checkpoint logs (and
+    ``predict`` writes its predictions) into ``version_N/<evaluation>/``, apart from the training history.
+    Lightning logs an evaluation at epoch 0, step 0 whatever the checkpoint's, so in the run's own
+    ``metrics.csv`` and TensorBoard curve it would read as the accuracy of the untrained start (and on other
+    data, as the run's); and every subcommand writes the ``hparams.yaml`` of its own settings, which would
     replace the run's.
 
     Checkpoints land in ``version_N/checkpoints/``.
@@ -299,10 +300,8 @@ class CrateCLI(LightningCLI):
             # config.yaml (wherever its folder now lies); another fit from a run's file starts a new version
             anywhere = self.subcommand != "fit" or of_given_run(config.get("ckpt_path"), _given_configs(config))
             log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
-            evaluation = self.subcommand if version is not None and self.subcommand in ("validate", "test") else None
-            if version is not None and self.subcommand == "predict":
-                # into an existing run's folder: keep its config.yaml, save this one beside it
-                self.save_config_kwargs = dict(self.save_config_kwargs, config_filename="config.predict.yaml")
+            # an evaluation of a run's checkpoint writes into a folder of its own in the run's folder
+            evaluation = self.subcommand if version is not None and self.subcommand != "fit" else None
             steps = self.resumed.record.get("global_step") if self.resumed is not None else None
             resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
             kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
