@@ -825,3 +825,25 @@ def test_a_trainer_setting_that_needs_a_package_not_installed_is_one_line(tmp_pa
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "train.py: error: the trainer settings cannot run here (Requirement 'transformer_engine" in proc.stderr
     assert not (tmp_path / "crate_nano_digits").exists()
+
+
+def test_a_stock_vit_exports_with_the_image_size_and_settings_it_was_built_with(tmp_path: Path) -> None:
+    """timm's ViT takes an image size (a ResNet does not): the load line and the hub folder build it at the run's
+    16 px with its patch size and depth, and give the module's own outputs."""
+    from crate.lit import ImageClassifier
+
+    torch.manual_seed(0)
+    kwargs = {"patch_size": 4, "depth": 2}
+    module = ImageClassifier("vit_tiny_patch16_224", num_classes=3, in_chans=1, img_size=16, model_kwargs=kwargs)
+    ckpt = tmp_path / "vit.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, ckpt)
+    out, hub = tmp_path / "vit.safetensors", tmp_path / "hub"
+    export_main([str(ckpt), "--out", str(out), "--hub-dir", str(hub)])
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["input_size"] == [1, 16, 16] and card["val_accuracy"] is None  # the file records no data
+    x = torch.randn(2, 1, 16, 16)
+    with torch.no_grad():
+        expected = module.evaluated_model().eval()(x)
+        for loaded in (eval(card["load"], {"timm": timm}), timm.create_model(f"local-dir:{hub}", pretrained=True)):
+            assert loaded.patch_embed.img_size == (16, 16) and len(loaded.blocks) == 2
+            torch.testing.assert_close(loaded.eval()(x), expected, rtol=0, atol=1e-6)
