@@ -208,6 +208,14 @@ def test_last_and_best_of_a_run_s_own_config_are_that_run_s_not_a_later_version_
     )
     assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", own).startswith(str(runs / "version_0"))
     assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [VIT]) == str(later)  # as before
+    # the config an evaluation of version 0 wrote in its validate/ folder names version 0 too
+    evaluated = runs / "version_0" / "validate"
+    evaluated.mkdir()
+    shutil.copy(own[0], evaluated / "config.yaml")
+    assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [str(evaluated / "config.yaml")]) == (
+        resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", own)
+    )
+    shutil.rmtree(evaluated)
     plain = tmp_path / "mine"  # a config of the user's own beside a checkpoints/ folder: not a run's own
     shutil.copytree(runs / "version_0", plain, symlinks=True)
     assert resolve_checkpoint("last", str(tmp_path), "vit_nano_digits", "test", [str(plain / "config.yaml")]) == str(

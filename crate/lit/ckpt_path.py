@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from crate.models import Checkpoint, CheckpointError, read_checkpoint
 from crate.run.record import recorded_best
 
+from .built_weights import EVALUATIONS
 from .run_record import PROGRAMS, module_kind
 
 __all__ = [
@@ -89,8 +90,10 @@ def check_checkpoint_model(held: Checkpoint, model_name: str, module: str = "Ima
 
 
 def _own_runs(configs: Sequence[str]) -> list[Path]:
-    """The run folders among the configs' folders: a run writes its ``config.yaml`` in its ``version_N`` folder."""
+    """The run folders among the configs' folders: a run writes its ``config.yaml`` in its ``version_N`` folder,
+    and an evaluation of its checkpoint in ``version_N/validate/`` (``test/``, ``predict/``)."""
     folders = [Path(config).resolve().parent for config in configs]
+    folders = [folder.parent if folder.name in EVALUATIONS else folder for folder in folders]
     return [folder for folder in folders if re.fullmatch(r"version_\d+", folder.name)]
 
 
