@@ -39,7 +39,14 @@ from crate.interpret import EvalData, load_data
 from crate.interpret.controls import initialised, remember_build
 from crate.interpret.frozen_features import frozen_feature_scores, same_inputs, unscorable
 from crate.model_card import card_markdown, hub_card
-from crate.models import CheckpointError, checkpoint_filter_fn, create_classifier, file_sha256, read_checkpoint
+from crate.models import (
+    CheckpointError,
+    checkpoint_filter_fn,
+    create_classifier,
+    file_sha256,
+    in_zoo,
+    read_checkpoint,
+)
 from crate.models.checkpoint import EVAL_TRANSFORM_KEY, LABEL_NAMES_KEY
 from crate.output_paths import check_output_folder
 from crate.run import NoDataFolder, Run, build_model, held_out_accuracy, held_out_set, validation_split_note
@@ -223,10 +230,6 @@ def _open_exportable(ckpt: Path, controls: dict[str, Path]) -> Run:
     return run
 
 
-def _is_zoo_model(model: torch.nn.Module) -> bool:
-    return type(model).__module__.startswith("crate.")
-
-
 def _input_size(model: torch.nn.Module, in_chans: int, img_size: int | list[int] | None) -> tuple[int, ...]:
     """(channels, height, width) of the images the model was trained on: a transformer's from its patch
     embedding, a convolutional network's (which takes any size) from the run's image size."""
@@ -240,7 +243,7 @@ def _input_size(model: torch.nn.Module, in_chans: int, img_size: int | list[int]
 def _load_weights(model: torch.nn.Module, run: Run) -> None:
     """The run's weights into the model: a zoo model's through the zoo's filter, one of timm's own as they lie
     (every tensor named as the model names it)."""
-    if _is_zoo_model(model):
+    if in_zoo(run.model_name):
         model.load_state_dict(checkpoint_filter_fn(run.checkpoint.state_dict, model))
         return
     try:
@@ -264,7 +267,7 @@ def _exported_model(run: Run, dtype: str) -> tuple[torch.nn.Module, dict[str, An
     _load_weights(model, run)
     # one of timm's own models keeps of its cfg what describes the architecture, not timm's pretrained weights
     # (their tag, license, test crop; their pooled size, at their image size)
-    own = model.pretrained_cfg if _is_zoo_model(model) else {}
+    own = model.pretrained_cfg if in_zoo(run.model_name) else {}
     shape = {
         k: v
         for k, v in model.pretrained_cfg.items()
@@ -479,7 +482,7 @@ def export_checkpoint(
         if out is not None:
             written.append(out)
             _write_weights(model, run, out, dtype, model_config, labels)
-            load = load_call(run.model_name, out, model_config, None if _is_zoo_model(model) else model)
+            load = load_call(run.model_name, out, model_config, None if in_zoo(run.model_name) else model)
         if hub is not None:
             hub.mkdir(parents=True, exist_ok=True)
             written.append(hub)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
+from crate.models import in_zoo
 from crate.noise import accuracy_noise
 from crate.run import UNKNOWN_RUN_SETTING
 from crate.wording import counted
@@ -168,7 +169,7 @@ def card_markdown(card: dict[str, Any]) -> str:
 - data: {card["data"]}
 - trained: {_trained_line(card)}
 {measured}
-- load (after `import crate, timm`): `{card["load"]}`
+- load (after `{"import crate, timm" if in_zoo(card["model_name"]) else "import timm"}`): `{card["load"]}`
 - sha256 of `{card["file"]}`: `{card["sha256"]}`
 {_class_table(card)}
 ## Recipe

@@ -38,7 +38,7 @@ from torchvision.datasets import ImageFolder
 import crate.models  # noqa: F401  (registers the zoo)
 from crate.lit.data.folder import DataRootError
 from crate.model_card import card_markdown
-from crate.models import check_model_name, read_checkpoint
+from crate.models import check_model_name, in_zoo, read_checkpoint
 from crate.output_paths import OutputPathError, check_output_folder
 from crate.run import held_out_set, held_out_topk, read_record
 from crate.run.held_out import check_label_names
@@ -64,8 +64,7 @@ def shipped_tags(classifiers: bool = True) -> list[str]:
     tags = []
     for tag in timm.list_pretrained():
         cfg = timm.models.get_pretrained_cfg(tag)
-        in_zoo = timm.models.model_entrypoint(tag.split(".")[0]).__module__.startswith("crate.")
-        if in_zoo and cfg.file and Path(cfg.file).is_file() and _is_encoder(tag) != classifiers:
+        if in_zoo(tag) and cfg.file and Path(cfg.file).is_file() and _is_encoder(tag) != classifiers:
             tags.append(tag)
     return sorted(tags)
 

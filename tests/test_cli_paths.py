@@ -575,6 +575,7 @@ def test_a_run_of_timm_s_own_model_exports_to_files_timm_builds_alone(tmp_path: 
     card = json.loads(out.with_suffix(".json").read_text())
     assert card["val_images"] == 360 and card["val_accuracy"] == pytest.approx(validated, abs=1e-6)
     assert card["input_size"] == [1, 16, 16] and card["load"].startswith("timm.create_model('resnet10t'")
+    assert f"- load (after `import timm`): `{card['load']}`" in out.with_suffix(".md").read_text()  # no zoo needed
     module = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
     x = torch.randn(3, 1, 16, 16)
     for loaded in (

@@ -18,12 +18,13 @@ from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
 from .factory import create_classifier
 from .hub import hub_weights, is_hub_name
-from .names import architecture_of, check_model_name, names_weights_tag, pretrained_tags
+from .names import architecture_of, check_model_name, in_zoo, names_weights_tag, pretrained_tags
 from .tost import ToST, ToSTBlock
 from .vit import ViTTwin
 
 __all__ = [
     "architecture_of",
+    "in_zoo",
     "CRATE",
     "CRATE_VARIANTS",
     "COMPACT_SHAPES",

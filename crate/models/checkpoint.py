@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.models import get_pretrained_cfg, get_pretrained_cfg_value, model_entrypoint
+from timm.models import get_pretrained_cfg, get_pretrained_cfg_value
 
 from .convert import CheckpointError, detect_layout, to_zoo_layout, unwrap_state_dict
 from .hub import folder_weights, hub_file, hub_weights, hub_weights_file, is_hub_name
-from .names import architecture_of, check_model_name
+from .names import architecture_of, check_model_name, in_zoo
 from .registry import settings_given
 
 __all__ = [
@@ -401,7 +401,7 @@ def _file_read(variant: str, kwargs: Mapping[str, Any]) -> Checkpoint | None:
         path = overlay.get("file") or path if isinstance(overlay, Mapping) else path
     else:
         architecture, path = variant.partition(".")[0], weights_file(variant, kwargs)
-    if not model_entrypoint(architecture).__module__.startswith("crate."):
+    if not in_zoo(architecture):
         return None
     return read_checkpoint(path) if path else None
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from .checkpoint import check_file_architecture, per_channel, read_checkpoint
 from .convert import CheckpointError
-from .names import architecture_of, check_model_name
+from .names import architecture_of, check_model_name, in_zoo
 
 __all__ = ["create_classifier"]
 
@@ -110,7 +110,7 @@ def _weights_for_timm(
     if not model_kwargs.get("pretrained") or "file" not in overlay or "state_dict" in overlay:
         return model_kwargs, {}, None
     arch = architecture_of(model_name)
-    if not timm.models.is_model(arch) or timm.models.model_entrypoint(arch).__module__.startswith("crate."):
+    if not timm.models.is_model(arch) or in_zoo(arch):
         return model_kwargs, {}, None  # a hub name reads its own folder; the zoo's models read any file themselves
     held = read_checkpoint(overlay["file"])
     check_file_architecture(held, arch)

@@ -9,7 +9,7 @@ import timm
 from .convert import CheckpointError
 from .hub import hub_weights, is_hub_name
 
-__all__ = ["architecture_of", "check_model_name", "names_weights_tag", "pretrained_tags"]
+__all__ = ["architecture_of", "check_model_name", "in_zoo", "names_weights_tag", "pretrained_tags"]
 
 
 def architecture_of(name: str) -> str:
@@ -17,6 +17,13 @@ def architecture_of(name: str) -> str:
     name (``local-dir:DIR``, ``hf-hub:ORG/NAME``: a colon) as given. Where weights come from a file, the tag would name
     weights that are not the file's."""
     return name if ":" in name else name.partition(".")[0]
+
+
+def in_zoo(name: str) -> bool:
+    """Whether ``name`` (an architecture or one of its tags) is one of the zoo's models, which read any checkpoint
+    layout and their files' records themselves, rather than one of timm's own (a hub name is neither)."""
+    arch = architecture_of(name)
+    return timm.models.is_model(arch) and timm.models.model_entrypoint(arch).__module__.startswith("crate.")
 
 
 def names_weights_tag(name: str) -> bool:
