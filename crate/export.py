@@ -31,6 +31,7 @@ from typing import Any
 import timm
 import torch
 from safetensors.torch import save_file
+from timm.layers import to_2tuple
 from timm.models import get_pretrained_cfg
 from torch.utils.data import Dataset
 
@@ -237,7 +238,7 @@ def _input_size(model: torch.nn.Module, in_chans: int, img_size: int | list[int]
         return model_input_size(model)
     if img_size is None:
         return (in_chans, *model.pretrained_cfg["input_size"][1:])
-    return (in_chans, *((img_size, img_size) if isinstance(img_size, int) else img_size))
+    return (in_chans, *to_2tuple(img_size))
 
 
 def _load_weights(model: torch.nn.Module, run: Run) -> None:

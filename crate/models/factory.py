@@ -8,6 +8,7 @@ from typing import Any
 import timm
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
+from timm.layers import to_2tuple
 from timm.models import get_pretrained_cfg_value
 from torch import nn
 
@@ -79,7 +80,7 @@ def _check_takes_size(model: nn.Module, model_name: str, in_chans: int | None, i
     """A network built without an image size (a CNN takes any) may still not take images of this size (its
     downsampling leaves nothing of them), which the first training step would meet as a traceback: one blank
     image through it says so before anything runs."""
-    side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    side = tuple(to_2tuple(img_size))
     channels = in_chans or model.pretrained_cfg.get("input_size", (3,))[0]
     training = model.training
     try:
@@ -120,7 +121,7 @@ def _weights_for_timm(
         declared["label_names"] = tuple(held.label_names)
     if in_chans is None or img_size is None:
         return dict(model_kwargs, pretrained_cfg_overlay=overlay), declared, held.state_dict
-    side = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    side = tuple(to_2tuple(img_size))
     source = held.in_chans(None, get_pretrained_cfg_value(arch, "first_conv") or "patch_embed.proj") or in_chans
     overlay.setdefault("input_size", (source, *side))  # timm folds the file's channels into the model's
     declared["input_size"] = (in_chans, *side)
