@@ -354,9 +354,10 @@ def test_the_python_examples_of_the_reference_pages_run_as_written(page: str) ->
     shapes and figures its comments promise."""
     import torch
 
-    (block,) = re.findall(r"```python\n(.*?)```", (REPO / "docs" / f"{page}.md").read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / f"{page}.md").read_text(), re.S)
     scope = _reader_names(page)
-    exec(compile(block, f"{page}.md", "exec"), scope)  # noqa: S102 - the page's own example
+    for block in blocks:
+        exec(compile(block, f"{page}.md", "exec"), scope)  # noqa: S102 - the page's own example
     if page == "models":
         assert scope["logits"].shape == (2, 10) and scope["tokens"].shape[:2] == (2, 1 + 14 * 14)
         assert len(scope["per_layer"]) == len(scope["model"].blocks)
@@ -376,5 +377,6 @@ def test_the_python_examples_of_the_reference_pages_run_as_written(page: str) ->
         expected = official_coding_rate(outputs[0].reshape(batch, tokens, heads, -1).transpose(0, 2, 1, 3))
         value = scope["metric"].compute()["Rc_before_attention/layer_0"]
         assert value.dtype == torch.float64 and float(value) == pytest.approx(expected, rel=1e-6)
+        assert any(type(callback).__name__ == "CodingRateMonitor" for callback in scope["trainer"].callbacks)
     else:
         assert scope["features"].shape == (1, scope["encoder"].num_features)
