@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.simdino_eval --encoder RUN/checkpoints/last.ckpt [--encoder RUN2/...] \
         --control "CRATE-MAE=MAE_RUN/checkpoints/last.ckpt" [--out TABLE.md]
 
-For each encoder (a SimDINO run's checkpoint, or an exported file), the same architecture at the
+For each encoder (a SimDINO run's checkpoint, or an exported file; its row says what trained it: SimDINO,
+masked pretraining or supervised), the same architecture at the
 initialisation its training started from (seed 0: the random-init control) and each ``--control LABEL=PATH``
 (another encoder, such as a CRATE-MAE run: the masked-pretraining control) are scored by
 :func:`crate.interpret.frozen_features.frozen_feature_scores` on the data the first encoder's run trained on
@@ -27,7 +28,7 @@ import numpy as np
 import crate  # noqa: F401  (registers the zoo)
 from crate.interpret import load_data, load_run
 from crate.interpret.controls import initialised
-from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE, frozen_feature_scores, same_inputs, unscorable
+from crate.interpret.frozen_features import KNN_TEMPERATURE, frozen_feature_scores, knn_k, same_inputs, unscorable
 
 
 def markdown(saved: dict[str, Any]) -> str:
@@ -41,8 +42,9 @@ def markdown(saved: dict[str, Any]) -> str:
             "",
             f"Written by `{saved['command']}` in {saved['minutes']:.1f} minutes ({saved['date']}) on {saved['data']}:"
             f" {saved['train_images']} training images (the k-NN bank and the probe's training set) and"
-            f" {saved['val_images']} validation images (scored). Weighted k-NN with k {KNN_K} and temperature"
-            f" {KNN_TEMPERATURE} on the pooled features; the probe is a logistic regression on standardised features.",
+            f" {saved['val_images']} validation images (scored). Weighted k-NN with k {saved['knn']['k']} and"
+            f" temperature {KNN_TEMPERATURE} on the pooled features; the probe is a logistic regression on"
+            " standardised features.",
             "",
             "| encoder | model | k-NN top-1 | linear probe top-1 |",
             "|---|---|---|---|",
@@ -55,7 +57,10 @@ def markdown(saved: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--encoder", action="append", required=True, help="a SimDINO checkpoint (repeatable; each with its random init)"
+        "--encoder",
+        action="append",
+        required=True,
+        help="a SimDINO checkpoint, or another run's (repeatable; each with its random init)",
     )
     parser.add_argument("--control", action="append", default=[], metavar="LABEL=PATH", help="another encoder")
     parser.add_argument("--out", help="write the table to this Markdown file and its numbers beside it as JSON")
@@ -63,18 +68,18 @@ def main() -> None:
     start = time.perf_counter()
     models, data_config = {}, None
     for path in args.encoder:
-        name = _recorded_name(path)
+        name, trained_by = _recorded_name(path)
         encoder, recorded = load_run(name, path)
         if recorded is None:
             raise SystemExit(f"simdino_eval.py: {path} records no data config; evaluate a checkpoint of a run")
         data_config = data_config or recorded
-        models[f"SimDINO {name}"] = encoder
+        models[f"{trained_by} {name}"] = encoder
         models[f"random init {name}"] = initialised(encoder, 0)
     for entry in args.control:
         label, sep, path = entry.partition("=")
         if not sep:
             raise SystemExit(f"simdino_eval.py: --control takes LABEL=PATH, got {entry!r}")
-        models[label] = load_run(_recorded_name(path), path)[0]
+        models[label] = load_run(_recorded_name(path)[0], path)[0]
     first = next(iter(models.values()))
     for label, model in models.items():
         if not same_inputs(model, first):
@@ -93,7 +98,7 @@ def main() -> None:
         "data": data.name,
         "train_images": len(data.train_images),
         "val_images": len(data.val_images),
-        "knn": {"k": KNN_K, "temperature": KNN_TEMPERATURE},
+        "knn": {"k": knn_k(len(data.train_images)), "temperature": KNN_TEMPERATURE},
         "results": results,
     }
     if args.out is None:
@@ -105,13 +110,21 @@ def main() -> None:
     print(f"written to {out} and {out.with_suffix('.json').name}")
 
 
-def _recorded_name(path: str) -> str:
-    from crate.models.checkpoint import read_checkpoint
+# what trained a run's checkpoint, by the module that wrote it: an encoder's row says how it learned
+TRAINED_BY = {"SelfDistillation": "SimDINO", "MaskedAutoencoder": "masked pretraining", "ImageClassifier": "supervised"}
 
-    name = read_checkpoint(path).model_name
-    if name is None:
+
+def _recorded_name(path: str) -> tuple[str, str]:
+    """The architecture a file records, and what trained it: the module that wrote a run's checkpoint; for an
+    exported file, SimDINO where it is an encoder (the only runs ``crate.export`` writes without a classifier)."""
+    from crate.models.checkpoint import read_checkpoint
+    from crate.run import module_kind
+
+    held = read_checkpoint(path)
+    if held.model_name is None:
         raise SystemExit(f"simdino_eval.py: {path} records no model name; give a run's checkpoint or an exported file")
-    return name
+    kind = module_kind(held) or ("SelfDistillation" if held.hparams.get("num_classes") == 0 else "ImageClassifier")
+    return held.model_name, TRAINED_BY.get(kind, kind)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crate.interpret.frozen_features import KNN_K, KNN_TEMPERATURE
+from crate.interpret.frozen_features import KNN_TEMPERATURE, knn_k
 from crate.models import in_zoo
 from crate.noise import accuracy_noise
 from crate.run import UNKNOWN_RUN_SETTING
@@ -31,8 +31,8 @@ def _frozen_feature_lines(card: dict[str, Any]) -> str:
         f"| {label} | {entry['knn_top1']:.4f} | {entry['linear_probe_top1']:.4f} |" for label, entry in scored.items()
     )
     return f"""frozen features scored on {_held_out_words(card)} \
-(float32): weighted k-NN (k {KNN_K}, temperature {KNN_TEMPERATURE}; the bank: the {card["bank_images"]} training \
-images) and a logistic-regression probe on the standardised features, beside its controls
+(float32): weighted k-NN (k {knn_k(card["bank_images"])}, temperature {KNN_TEMPERATURE}; the bank: the \
+{card["bank_images"]} training images) and a logistic-regression probe on the standardised features, beside its controls
 
 | encoder | k-NN top-1 | linear probe top-1 |
 |---|---|---|

@@ -259,6 +259,63 @@ def test_a_run_exports_its_teacher_as_an_encoder_whose_card_scores_it_beside_ran
     assert len(rows) == 4 and all(row in printed for row in rows)  # the same table, and its numbers beside it
     saved = json.loads((tmp_path / "table.json").read_text())
     assert saved["results"]["SimDINO crate_nano_patch4_32"]["knn_top1"] == pytest.approx(expected, abs=1e-9)
+    monkeypatch.setattr("sys.argv", ["simdino_eval.py", "--encoder", str(out)])  # the exported encoder: the same row
+    simdino_eval.main()
+    assert f"| SimDINO crate_nano_patch4_32 | CRATE | {expected:.4f} |" in capsys.readouterr().out
+
+
+def test_the_evaluation_names_a_supervised_run_as_supervised_and_votes_over_a_bank_under_20(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A train.py checkpoint given as an encoder is scored as one, and its rows say it learned from labels: they
+    read "SimDINO" whatever the file was. Its exported classifier file reads the same. Its 16 training images are
+    fewer than DINO's 20 neighbours: the vote takes all 16, as the k-NN logged while training does (it was
+    a ValueError, and crate.export of a SimDINO run on such a folder failed with it); checked against numpy."""
+    from benchmarks import simdino_eval
+    from crate.lit import ImageClassifier
+
+    torch.manual_seed(0)
+    images = _folder(tmp_path / "images")
+    data = StoredImageFolderDataModule(str(images), batch_size=8)
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=2, img_size=32, model_kwargs={"depth": 1})
+    L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(module, data)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    module.trainer.save_checkpoint(run / "checkpoints" / "last.ckpt")
+    config = {"data": {"class_path": "crate.lit.StoredImageFolderDataModule", "init_args": {"root": str(images)}}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    exported = tmp_path / "classifier.safetensors"
+    export_checkpoint(run / "checkpoints" / "last.ckpt", exported)
+    for path in (run / "checkpoints" / "last.ckpt", exported):
+        monkeypatch.setattr("sys.argv", ["simdino_eval.py", "--encoder", str(path)])
+        simdino_eval.main()
+        rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+        assert [row.split(" | ")[0] for row in rows[1:]] == [
+            "| supervised crate_nano_patch4_32",
+            "| random init crate_nano_patch4_32",
+        ], rows
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [*simdino_eval.sys.argv, "--out", "table.md"])
+    simdino_eval.main()
+    saved = json.loads((tmp_path / "table.json").read_text())
+    assert saved["knn"]["k"] == 16 and "k-NN with k 16 " in (tmp_path / "table.md").read_text()
+    model = timm.create_model(
+        "crate_nano_patch4_32", pretrained=True, pretrained_cfg_overlay={"file": str(exported)}, depth=1
+    ).eval()
+    train = torch.stack([image for image, _ in data.train_set])
+    val = torch.stack([image for image, _ in data.val_set])
+    with torch.no_grad():
+        train_features, val_features = (
+            model.forward_head(model.forward_features(x), pre_logits=True) for x in (train, val)
+        )
+    expected = _numpy_knn(
+        train_features.double().numpy(),
+        np.array([int(label) for _, label in data.train_set]),
+        val_features.double().numpy(),
+        np.array([int(label) for _, label in data.val_set]),
+        16,
+    )
+    assert saved["results"]["supervised crate_nano_patch4_32"]["knn_top1"] == pytest.approx(expected, abs=1e-9)
 
 
 def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:

@@ -14,9 +14,23 @@ from crate.metrics.knn import weighted_knn_accuracy
 
 from .evaluate import linear_probe
 
-__all__ = ["KNN_K", "KNN_TEMPERATURE", "frozen_feature_scores", "pooled_features", "same_inputs", "unscorable"]
+__all__ = [
+    "KNN_K",
+    "KNN_TEMPERATURE",
+    "frozen_feature_scores",
+    "knn_k",
+    "pooled_features",
+    "same_inputs",
+    "unscorable",
+]
 
 KNN_K, KNN_TEMPERATURE = 20, 0.07
+
+
+def knn_k(bank_images: int) -> int:
+    """The neighbours each query's vote counts: DINO's 20, or the whole bank where it holds fewer images (as the
+    k-NN logged while training takes them)."""
+    return min(KNN_K, bank_images)
 
 
 def same_inputs(model: nn.Module, other: nn.Module) -> bool:
@@ -53,7 +67,8 @@ def frozen_feature_scores(model: nn.Module, data: Any) -> dict[str, Any]:
     train = pooled_features(model, data.train_images)
     val = pooled_features(model, data.val_images)
     classes = int(max(data.train_labels.max(), data.val_labels.max())) + 1
-    knn = weighted_knn_accuracy(train, data.train_labels, val, data.val_labels, classes, KNN_K, KNN_TEMPERATURE)
+    k = knn_k(len(train))
+    knn = weighted_knn_accuracy(train, data.train_labels, val, data.val_labels, classes, k, KNN_TEMPERATURE)
     probe = linear_probe(
         train.double().numpy(), data.train_labels.numpy(), val.double().numpy(), data.val_labels.numpy()
     )
