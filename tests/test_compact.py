@@ -129,5 +129,5 @@ def test_the_trace_reads_the_tokenizers_tokens_as_layer_0s_input() -> None:
 
 
 def test_a_class_token_pool_without_a_class_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="class_token=False pool 'avg' or 'seq'"):
+    with pytest.raises(ValueError, match="reads the class token, and this model has none: pool 'avg' or 'seq'"):
         timm.create_model("crate_cct2_3x2_32", global_pool="token")

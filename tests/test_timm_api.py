@@ -106,6 +106,27 @@ def test_forward_backward_and_default_cfg(name: str) -> None:
     assert "stem" in groups and "blocks" in groups
 
 
+@pytest.mark.parametrize(
+    "name", sorted(COMPACT | {"crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "tost_nano_patch4_32"})
+)
+def test_token_pooling_reads_the_class_token_and_is_refused_without_one(name: str) -> None:
+    """``reset_classifier(n, "token")`` pools the class token; a model without one (the sequence-pooling members)
+    refuses it and keeps its head, as building it with ``global_pool="token"`` does (it pooled the first patch's
+    features without a word)."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5).eval()
+    x = torch.randn(2, *model.pretrained_cfg["input_size"])
+    with torch.no_grad():
+        if getattr(model, "cls_token", None) is None:
+            head, before = model.head, model(x)
+            with pytest.raises((ValueError, AssertionError), match="class token"):  # timm's own ViT: its assertion
+                model.reset_classifier(3, "token")
+            assert model.num_classes == 5 and model.head is head and torch.equal(model(x), before)
+        else:
+            model.reset_classifier(0, "token")
+            assert torch.equal(model(x), model.fc_norm(model.forward_features(x)[:, 0]))
+
+
 @pytest.mark.parametrize("name", ZOO)
 def test_forward_intermediates_and_features_only(name: str) -> None:
     model, x = _model_and_input(name, num_classes=0)

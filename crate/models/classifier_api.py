@@ -37,9 +37,13 @@ def forget_label_names(model: nn.Module) -> None:
             setattr(model, attr, {**cfg, "label_names": None})
 
 
-def check_pool(global_pool: str) -> None:
+def check_pool(global_pool: str, class_token: bool) -> None:
+    """A pooling the zoo's classifiers know, and one that reads what the model has: ``token`` reads its class token
+    (a model without one would answer with its first patch's features)."""
     if global_pool not in POOLS:
         raise ValueError(f"global_pool must be one of {POOLS} ('seq': sequence pooling), got {global_pool!r}")
+    if global_pool == "token" and not class_token:
+        raise ValueError("global_pool='token' reads the class token, and this model has none: pool 'avg' or 'seq'")
 
 
 class TransformerClassifier(LoadsZooLayouts, nn.Module):
@@ -62,7 +66,7 @@ class TransformerClassifier(LoadsZooLayouts, nn.Module):
         pool_include_prefix: bool = False,
     ) -> None:
         super().__init__()
-        check_pool(global_pool)
+        check_pool(global_pool, num_prefix_tokens > 0)
         self.num_classes = num_classes
         self.in_chans = in_chans  # timm reads the input channels of a model from this attribute
         self.global_pool = global_pool
@@ -124,9 +128,10 @@ class TransformerClassifier(LoadsZooLayouts, nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        if global_pool is not None:
+            check_pool(global_pool, self.num_prefix_tokens > 0)  # before anything changes
         self.num_classes = num_classes
         if global_pool is not None:
-            check_pool(global_pool)
             if global_pool == "seq" and self.seq_pool is None:
                 self.seq_pool = SeqPool(self.embed_dim)
             self.global_pool = global_pool

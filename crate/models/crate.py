@@ -142,8 +142,6 @@ class CRATE(TransformerClassifier):
         final_norm_layer: Callable[[int], nn.Module] | None = None,
         weight_init: Callable[[nn.Module], None] | None = None,
     ) -> None:
-        if global_pool == "token" and not class_token:
-            raise ValueError("global_pool='token' reads the class token; with class_token=False pool 'avg' or 'seq'")
         super().__init__(
             num_classes, in_chans, embed_dim, global_pool, int(class_token), pool_include_prefix=pool_include_prefix
         )

@@ -24,7 +24,7 @@ from crate.layers import AttentionTrace, BlockTrace, ConvPatchEmbed, register_tr
 from crate.layers.precision import cpu_autocast_dtype
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import forget_label_names
+from .classifier_api import check_pool, forget_label_names
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .registry import register_model
@@ -43,6 +43,8 @@ class ViTTwin(LoadsZooLayouts, VisionTransformer):
         super().__init__(*args, **kwargs)
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        if global_pool == "token":  # refused before timm changes anything (it sets num_classes first)
+            check_pool(global_pool, self.has_class_token)
         super().reset_classifier(num_classes, global_pool)
         forget_label_names(self)
 
