@@ -65,6 +65,22 @@ def test_learning_rate_follows_linear_warmup_then_cosine_per_step() -> None:
     assert recorder.lrs == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_run_cut_short_by_max_steps_warms_up_over_its_epochs_length(accumulate: int) -> None:
+    """One warm-up epoch of 8 batches is 8 updates (4 with 2 batches a step) whatever ``max_steps`` cuts the run
+    at: with ``max_epochs`` 10 and ``max_steps`` 12 the warm-up was 12 / 10 = 1 update, the rest cosine."""
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, min_lr_ratio=0.1)
+    module.hparams.warmup_epochs = 1
+    recorder = _RecordLR()
+    _fit(module, steps=8, callbacks=[recorder], max_epochs=10, max_steps=12, accumulate_grad_batches=accumulate)
+    lr, low, warmup, total = 1e-3, 1e-4, 8 // accumulate, 12
+    start = lr / warmup
+    expected = [start + t * (lr - start) / warmup for t in range(warmup)]
+    expected += [low + 0.5 * (lr - low) * (1 + math.cos(math.pi * t / (total - warmup))) for t in range(total - warmup)]
+    updates = recorder.lrs[::accumulate]  # the rate of each update, read before its first batch
+    assert updates == pytest.approx(expected, rel=1e-9)
+
+
 def test_a_warmup_as_long_as_the_run_is_said_and_a_shorter_one_is_not() -> None:
     """The digits config's 3 warm-up epochs in a 1-epoch run: the rate rose over every step but the last and never
     decayed, without a word."""

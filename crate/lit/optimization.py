@@ -115,8 +115,7 @@ class TimmOptimization:
             trained, opt=hp.optimizer, lr=lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
-        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        warmup_steps = min(int(round(hp.warmup_epochs * total_steps / epochs)), total_steps - 1)
+        warmup_steps = min(int(round(hp.warmup_epochs * self._updates_per_epoch(total_steps))), total_steps - 1)
         if hp.warmup_epochs > 0 and total_steps > 1 and warmup_steps == total_steps - 1:
             rank_zero_warn(
                 f"--model.warmup_epochs {hp.warmup_epochs:g} is as long as this run ({total_steps:,} steps): the "
@@ -133,6 +132,17 @@ class TimmOptimization:
             t_in_epochs=False,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _updates_per_epoch(self, total_steps: int) -> float:
+        """Optimizer updates in one epoch of this run's data, which ``warmup_epochs`` counts in. A run cut short by
+        ``--trainer.max_steps`` keeps the epoch's length (its warm-up shrank with the run's share of
+        ``max_epochs``); without a finite epoch (an iterable dataset, ``max_epochs`` -1) the run's updates are
+        spread over its epochs."""
+        trainer = self.trainer
+        batches = trainer.num_training_batches  # known here: estimated_stepping_batches loaded the training data
+        if math.isfinite(batches) and batches > 0:
+            return math.ceil(batches / trainer.accumulate_grad_batches)
+        return total_steps / (trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1)
 
     def applied_lr(self) -> float:
         """The learning rate the schedule applies now at full scale: the largest of the parameter groups'
