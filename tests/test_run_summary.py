@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import logging
 import re
+import time
 import warnings
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from lightning.pytorch.loggers import CSVLogger
 
 from crate.lit import DigitsDataModule, ImageClassifier
@@ -440,3 +441,38 @@ def test_a_figure_read_on_part_of_its_split_says_how_much(tmp_path: Path, caplog
             evaluator.validate(module, data, ckpt_path=best.last_model_path)
         line = next(line for line in caplog.text.splitlines() if "val of " in line)
         assert (said in line) if said else "batches" not in line
+
+
+class _SlowStep(L.Callback):
+    def on_train_batch_end(self, *args) -> None:
+        time.sleep(0.4)
+
+
+def test_a_fit_ended_by_its_time_limit_says_so_and_how_far_its_schedule_went(tmp_path: Path, caplog) -> None:
+    """--trainer.max_time ended a 10-epoch fit after its first steps with nothing said but "fit ended after 1 of the
+    first epoch's 2 steps": the learning-rate schedule, planned over 20 steps, stopped near its start. A limit of
+    0 trains nothing and says that limit (it said max_epochs); a limit the run stays within says nothing."""
+    for limit, epochs in (("00:00:00:01", 10), ("00:00:00:00", 10), ("00:01:00:00", 2)):
+        folder = tmp_path / limit.replace(":", "")
+        trainer, _ = _trainer(folder, enable_progress_bar=False, max_epochs=epochs, max_time=limit)
+        trainer.callbacks.append(_SlowStep())  # 0.4 s a step: a one-second limit ends the run early in its 20
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            trainer.fit(
+                ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8)
+            )
+        said = [line for line in caplog.text.splitlines() if "stopped early" in line or "nothing trained" in line]
+        if limit == "00:00:00:01":
+            timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
+            assert 1 <= trainer.global_step < 20 and len(said) == 1, caplog.text
+            assert said[0] == (
+                f"  stopped early    --trainer.max_time reached after {timer.time_elapsed():.1f} s of "
+                f"training, at step {trainer.global_step} of the 20 its learning-rate schedule planned (resume with "
+                "--ckpt_path last and a longer --trainer.max_time)"
+            )
+        elif limit == "00:00:00:00":
+            assert trainer.global_step == 0 and said == [
+                "  nothing trained  --trainer.max_time reached before the first step"
+            ]
+        else:
+            assert trainer.global_step == 4 and not said

@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, Timer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.models import names_weights_tag
@@ -69,6 +69,8 @@ def _why_untrained(trainer: L.Trainer) -> str:
         return "--trainer.limit_train_batches 0 (no training batches)"
     if trainer.num_training_batches == 0:
         return "no training batches"
+    if _time_limit_line(trainer):
+        return "--trainer.max_time reached before the first step"
     by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
     limit = "max_steps" if by_steps else "max_epochs"
     if not trainer.ckpt_path:
@@ -78,6 +80,21 @@ def _why_untrained(trainer: L.Trainer) -> str:
         f"the checkpoint had already trained {done} of --trainer.{limit} {getattr(trainer, limit)}; "
         f"raise --trainer.{limit} to train on"
     )
+
+
+def _time_limit_line(trainer: L.Trainer) -> list[str]:
+    """Where ``--trainer.max_time`` ended the fit: after how long, and how far into the learning-rate schedule,
+    which spans the run's ``max_epochs`` (or ``max_steps``) whatever the time limit."""
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    remaining = timer.time_remaining() if timer is not None else None
+    if remaining is None or remaining > 0 or not trainer.should_stop:
+        return []
+    planned = trainer.estimated_stepping_batches
+    schedule = f" of the {int(planned):,} its learning-rate schedule planned" if math.isfinite(planned) else ""
+    return [
+        f"  stopped early    --trainer.max_time reached after {_duration(timer.time_elapsed())} of training, at "
+        f"step {trainer.global_step:,}{schedule} (resume with --ckpt_path last and a longer --trainer.max_time)"
+    ]
 
 
 def _duration(seconds: float) -> str:
@@ -304,6 +321,7 @@ class RunSummary(Callback):
             if trainer.should_stop and callback.stopped_epoch == trainer.current_epoch - 1:  # this session's stop
                 message = " ".join((callback.stopping_reason_message or "").split())
                 lines.append(f"  stopped early    EarlyStopping (its own account: {message})")
+        lines.extend(_time_limit_line(trainer) if self._trained else [])
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
