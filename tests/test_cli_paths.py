@@ -314,6 +314,13 @@ def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
     assert all(0.0 <= float(row["probability"]) <= 1.0 and 0 <= int(row["predicted"]) < 10 for row in rows)
     assert all(row["predicted_name"] == row["predicted"] for row in rows)  # the digits' names are the digits
     assert all(row["label_name"] == row["label"] for row in rows)
+    for bar in ("false", "true"):  # where it went, on a line of its own (it followed the bar's last state)
+        proc = run_in_process(
+            "predict", "--config", VIT, *QUIET, "--log_root", str(tmp_path), "--ckpt_path", ckpt,
+            "--prediction_writer.output", str(out), "--trainer.enable_progress_bar", bar,
+        )  # fmt: skip
+        _ok(proc)
+        assert f"wrote 360 predictions to {out}" in re.split(r"[\r\n]", proc.stdout), proc.stdout[-500:]
 
 
 @pytest.mark.parametrize("signum, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])

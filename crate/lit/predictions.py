@@ -66,7 +66,9 @@ class PredictionWriter(BasePredictionWriter):
                         f"{float(confidence[row]):.6f}",
                     ]
                 )
-        print(f"wrote {len(indices)} predictions to {self.path}")
+        bar = trainer.progress_bar_callback  # a bar prints it on a line of its own, not after the bar's last state
+        said = bar.print if bar is not None and bar.is_enabled else print
+        said(f"wrote {len(indices)} predictions to {self.path}")
 
 
 def default_file(datamodule: Any) -> str:
