@@ -95,6 +95,9 @@ def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
         model(torch.randn(1, 3, 32, 32))
     with pytest.raises(AssertionError, match=r"got a 3-dimensional tensor \(one image: x.unsqueeze\(0\)\)"):
         model(torch.randn(1, 32, 32))
+    # uint8 pixels, as torchvision.io reads them: a convolution's "expected scalar type Byte but found Float"
+    with pytest.raises(AssertionError, match=r"expected floating-point images, .*create_transform.*integer tensor"):
+        model(torch.randint(0, 255, (1, 1, 32, 32), dtype=torch.uint8))
 
 
 def test_unknown_model_name_gets_a_clear_error() -> None:

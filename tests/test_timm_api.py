@@ -200,6 +200,8 @@ def test_torchscript_fx_and_export_give_the_eager_outputs(name: str) -> None:
     for compiled in (scripted, traced):
         with pytest.raises((AssertionError, torch.jit.Error), match="built for 3-channel images"):
             compiled(wrong)
+        with pytest.raises((AssertionError, torch.jit.Error), match="expected floating-point images"):
+            compiled((x * 50).to(torch.uint8))
 
 
 @pytest.mark.parametrize("name", ZOO)

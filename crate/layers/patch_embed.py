@@ -34,6 +34,11 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
         "(one image: x.unsqueeze(0))",
     )
     _assert(
+        x.is_floating_point(),
+        "expected floating-point images, scaled and normalised as the model's data config says (from PIL images: "
+        "timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))); got an integer tensor",
+    )
+    _assert(
         x.shape[1] == in_chans,
         f"the model was built for {in_chans}-channel images but got {x.shape[1]}-channel ones; "
         f"convert the images to {in_chans}-channel ones or build the model with in_chans={x.shape[1]}",
