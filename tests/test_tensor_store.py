@@ -146,3 +146,41 @@ def test_a_fit_leaves_the_test_split_unread_and_the_test_stage_reads_it(tmp_path
     index = files.index(bad)
     expected = np.asarray(Image.open(bad).convert("RGB")).transpose(2, 0, 1)
     assert np.array_equal(data.test_set.store.images[index].numpy(), expected)
+
+
+@pytest.mark.parametrize("precision", ["64-true", "bf16-true"])
+def test_augmented_mixed_and_viewed_batches_take_a_true_precision_s_dtype(tmp_path: Path, precision: str) -> None:
+    """Lightning casts a batch for a "-true" precision before it reaches the device; a stored folder's training
+    images are made after that (augmentation, mixing, multi-crop views) and reached the float64 or bfloat16 weights
+    as float32: LayerNorm's "mixed dtype" RuntimeError in the first step (a SimDINO run's k-NN bank too). The
+    steps now see the weights' dtype, and both fits train to their end."""
+    import lightning as L
+    from lightning.pytorch.callbacks import Callback
+
+    from crate.data import BatchMixing, MultiCrop
+    from crate.lit import ImageClassifier, SelfDistillation
+
+    dtype = {"64-true": torch.float64, "bf16-true": torch.bfloat16}[precision]
+    seen: list[torch.dtype] = []
+
+    class _Dtypes(Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:  # noqa: ANN001
+            seen.extend(t.dtype for t in torch.utils._pytree.tree_leaves(batch[0]) if t.is_floating_point())
+
+    write_image_folder(tmp_path, classes=2, per_class=6, size=16, suffix=".png", gray=False, seed=1)
+    settings = dict(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    supervised = StoredImageFolderDataModule(str(tmp_path), img_size=16, batch_size=4, mixing=BatchMixing())
+    classifier = ImageClassifier("crate_nano_patch4_32", num_classes=2, img_size=16, model_kwargs={"depth": 1})
+    L.Trainer(precision=precision, callbacks=[_Dtypes()], **settings).fit(classifier, supervised)
+    views = StoredImageFolderDataModule(
+        str(tmp_path), img_size=16, batch_size=4, multi_crop=MultiCrop(global_size=16, local_size=8, local_crops=2)
+    )
+    distilled = SelfDistillation(
+        "crate_nano_patch4_32", num_classes=2, img_size=16, model_kwargs={"depth": 1}, head_hidden_dim=16,
+        head_dim=8, knn_bank=8, warmup_epochs=0,
+    )  # fmt: skip
+    trainer = L.Trainer(precision=precision, callbacks=[_Dtypes()], limit_val_batches=1, **settings)
+    trainer.fit(distilled, views)
+    assert classifier.trainer.global_step == 3 and trainer.global_step == 3  # 12 training images, batches of 4
+    assert "val/knn_acc" in trainer.callback_metrics  # the bank's features, in the weights' dtype
+    assert len(seen) >= 4 and set(seen) == {dtype}

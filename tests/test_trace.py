@@ -258,3 +258,37 @@ def test_rate_monitor_in_a_module_of_one_s_own(tmp_path: Path) -> None:
     convolutional.net = timm.create_model("resnet10t", num_classes=3)
     with pytest.warns(UserWarning, match="switched off: _OwnModule has no `model` attribute and none of its subm"):
         L.Trainer(callbacks=[CodingRateMonitor()], logger=False, **settings).validate(convolutional, loader)
+
+
+@pytest.mark.parametrize("precision", ["64-true", "bf16-true"])
+def test_rate_monitor_probes_weights_trained_in_a_true_precision(tmp_path: Path, precision: str) -> None:
+    """Under a "-true" precision Lightning casts the weights (float64, bfloat16); the probe batch was fed as float32
+    and the first validation ended the fit with LayerNorm's "mixed dtype" RuntimeError. It is cast as Lightning
+    casts the batches: the values logged at the end are those of the final weights on the probe in their dtype."""
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from crate.data.sampling import sample_order
+    from crate.lit.rate_monitor import CodingRateMonitor
+
+    torch.manual_seed(0)
+    images, labels = torch.randn(16, 3, 16, 16), torch.randint(0, 3, (16,))
+    loader = DataLoader(_Dicts(images, labels), batch_size=4)
+    module, logger = _OwnModule(), CSVLogger(tmp_path, name="own")
+    trainer = L.Trainer(
+        callbacks=[CodingRateMonitor(every_n_steps=2, probe_size=4)],
+        logger=logger,
+        precision=precision,
+        max_epochs=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, loader, loader)
+    with open(Path(logger.log_dir) / "metrics.csv") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("rate/R/layer_0")]
+    dtype = {"64-true": torch.float64, "bf16-true": torch.bfloat16}[precision]
+    assert len(rows) >= 2 and next(module.net.parameters()).dtype == dtype
+    probe = images[sample_order(16, 4)].to(dtype)
+    expected = layer_rate_values(module.net.eval(), probe, quantities=("R",))
+    assert float(rows[-1]["rate/R/layer_0"]) == pytest.approx(expected["rate/R/layer_0"], rel=1e-5)

@@ -216,7 +216,8 @@ class CodingRateMonitor(Callback):
         was_training = model.training
         model.eval()
         try:
-            images = probe.to(pl_module.device)
+            # in the precision the weights train in (a "-true" precision casts them: 64-true, bf16-true)
+            images = trainer.precision_plugin.convert_input(probe.to(pl_module.device))
             values = layer_rate_values(model, images, self.eps, self.convention, self.quantities)
             if getattr(model, "decoder_depth", 0) and hasattr(model, "forward_mae"):  # CRATE-MAE's decoder
                 values.update(layer_rate_values(model, images, self.eps, self.convention, self.quantities, True))

@@ -243,6 +243,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
         for start in range(0, count, 512):
             items = [train_set[int(i)] for i in order[start : start + 512]]
             images = torch.stack([item[0] for item in items]).to(self.device)
+            images = self.trainer.precision_plugin.convert_input(images)  # as Lightning casts a batch ("-true")
             features.append(self.model(images).float())
             labels.append(torch.as_tensor([int(item[1]) for item in items], device=self.device))
         return torch.cat(features), torch.cat(labels)

@@ -156,16 +156,19 @@ class StoredImageDataModule(ImageDataModule):
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """A training batch (:class:`crate.data.SeededBatch`) augmented: ``(images, labels)``, or with ``mixing``
-        on in this epoch a :class:`crate.data.MixedBatch` (each image mixed with the reversed batch's)."""
-        if isinstance(batch, SeededBatch):
-            images, labels, seeds = batch
-            augmented = self.augment(images, seeds)
-            epoch = self.trainer.current_epoch if self.trainer is not None else 0
-            if self.mixing is not None and self.multi_crop is None and self.mixing.on(epoch):
-                mixed, lam = self.mixing(augmented, seeds)
-                return MixedBatch(mixed, labels, lam)
-            return augmented, labels
-        return batch
+        on in this epoch a :class:`crate.data.MixedBatch` (each image mixed with the reversed batch's). The images
+        are made here, after Lightning cast the batch for a "-true" precision: they are cast as it casts a batch."""
+        if not isinstance(batch, SeededBatch):
+            return batch
+        images, labels, seeds = batch
+        augmented = self.augment(images, seeds)
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        if self.mixing is not None and self.multi_crop is None and self.mixing.on(epoch):
+            mixed, lam = self.mixing(augmented, seeds)
+            made: Any = MixedBatch(mixed, labels, lam)
+        else:
+            made = (augmented, labels)
+        return self.trainer.precision_plugin.convert_input(made) if self.trainer is not None else made
 
 
 class StoredImageFolderDataModule(StoredImageDataModule):
