@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             "its card (checkpoints/<tag>.md) holds its k-NN and linear-probe scores\n",
         )
     tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    scored: list[tuple[str, dict[str, Any]]] = []
     for tag in tags:
         try:
             dataset, row = evaluate_tag(tag, args.split, args.data_root)
@@ -244,15 +245,17 @@ def main(argv: list[str] | None = None) -> None:
         except (RuntimeError, ValueError) as err:
             parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
         tables[dataset].append(row)
+        scored.append((tag, row))
         print(f"{dataset} {args.split}: {tag} top1 {row['top1']:.3f} on {row['images']:,} images")
-        if args.split == "test" and not args.no_cards:
-            record_on_card(tag, row, _card_folder(tag))
     if not tables:  # every tag skipped: a run that scored nothing must not read as a success
         parser.exit(
             2,
             f"crate-results: error: no tag could be scored on {args.split}: none has its data here; for CIFAR-10 run "
             "make cifar10-data, or give --data-root the folder that holds its train/, val/ and test/\n",
         )
+    if args.split == "test" and not args.no_cards:  # once every tag asked for is scored: a refusal changes no card
+        for tag, row in scored:
+            record_on_card(tag, row, _card_folder(tag))
     suffix = "" if args.split == "val" else f"-{args.split}"
     for dataset, rows in tables.items():
         path = Path(args.out_dir) / f"results-{dataset}{suffix}.csv"

@@ -238,6 +238,15 @@ def test_the_test_split_is_scored_through_timm_and_written_on_the_card(tmp_path:
     assert f"**{expected:.4f}** on 20 images" in (cards / f"{tag}.md").read_text()
     with pytest.raises(SystemExit):  # no test folder there: one line, exit 2
         main(["--tags", tag, "--split", "test", "--data-root", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path)])
+    # a tag after it whose data has no test split: refused, and the first tag's card is not rewritten before that
+    for suffix in (".json", ".md"):
+        shutil.copy(source.with_suffix(suffix), cards / f"{tag}{suffix}")
+    before = {path.name: path.read_bytes() for path in cards.iterdir()}
+    named = ["--tags", tag, "crate_nano_patch4_32.digits", "--split", "test", "--data-root", str(tmp_path / "data")]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*named, "--out-dir", str(tmp_path / "refused")])
+    assert exit_info.value.code == 2 and {path.name: path.read_bytes() for path in cards.iterdir()} == before
+    assert list((tmp_path / "refused").iterdir()) == []
 
 
 def test_the_card_holds_the_test_top1_as_the_fraction_the_row_prints(tmp_path: Path) -> None:
