@@ -138,6 +138,9 @@ def test_a_network_that_cannot_take_the_image_size_is_refused_when_built() -> No
         create_classifier("convnext_atto", num_classes=4, in_chans=1, img_size=16)
     model = create_classifier("convnext_atto", num_classes=4, in_chans=1, img_size=32)
     assert model(torch.randn(2, 1, 32, 32)).shape == (2, 4)
+    # a network built for the size it is given may still not take it: CrossViT scales its branches' inputs
+    with pytest.raises(ValueError, match=r"^crossvit_tiny_240 cannot take 16x16 images \(Calculated padded input"):
+        create_classifier("crossvit_tiny_240", num_classes=4, in_chans=1, img_size=16)
 
 
 def test_vit_twin_attention_under_cpu_bf16_is_softmax_attention_in_float64(monkeypatch: pytest.MonkeyPatch) -> None:
