@@ -369,6 +369,8 @@ def test_training_batches_are_augmented_for_the_trainer_s_current_epoch(monkeypa
     epoch do not: the DataModule passes the trainer's epoch on (a resumed trainer restores it)."""
     from types import SimpleNamespace
 
+    from lightning.pytorch.plugins.precision import Precision
+
     from crate.data import BatchAugmentation
 
     arrays = cifar_arrays(seed=1, train_size=16, test_size=16)
@@ -382,7 +384,7 @@ def test_training_batches_are_augmented_for_the_trainer_s_current_epoch(monkeypa
     without = BatchAugmentation(padding=2)(images, seeds, data.mean, data.std)
     assert not torch.equal(with_policy, without)
     for epoch, expected in ((0, with_policy), (1, with_policy), (2, without), (7, without)):
-        data.trainer = SimpleNamespace(current_epoch=epoch)
+        data.trainer = SimpleNamespace(current_epoch=epoch, precision_plugin=Precision())  # 32-bit: no cast
         augmented, _ = data.on_after_batch_transfer(batch, 0)
         assert torch.equal(augmented, expected), epoch
 

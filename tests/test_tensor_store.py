@@ -80,6 +80,39 @@ def test_evaluation_batches_equal_timm_s_transform_from_the_model_s_cfg(tmp_path
     assert data.mean == tuple(model.pretrained_cfg["mean"]) and data.std == tuple(model.pretrained_cfg["std"])
 
 
+def test_new_images_of_any_size_are_predicted_in_timm_s_evaluation_form(tmp_path: Path) -> None:
+    """``predict_root`` (it was not a setting of the tensor-store module, so a CIFAR-10 run could not classify new
+    images): a copy of a validation image reads as the very tensor the store validated on; a photograph of another
+    size and mode gets timm's evaluation transform of the module's settings; labels are unknown (-1); the loader
+    reads the new images, not the split; a folder without images is one error."""
+    import shutil
+
+    from crate.lit.predictions import default_file
+
+    write_image_folder(tmp_path / "data", **{**STORE_FOLDER, "size": 32, "suffix": ".png"})
+    val_files = sorted((tmp_path / "data" / "val").glob("*/*.png"))
+    new = tmp_path / "new_images"
+    (new / "deeper").mkdir(parents=True)
+    shutil.copy(val_files[4], new / "copy.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 45, 4), dtype=np.uint8), "RGBA").save(
+        new / "deeper" / "photo.png"
+    )
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3)
+    data = StoredImageFolderDataModule(str(tmp_path / "data"), img_size=32, batch_size=5, predict_root=str(new))
+    data.transforms_from(model)
+    data.setup("predict")
+    images, labels = next(iter(data.predict_dataloader()))
+    assert images.shape == (2, 3, 32, 32) and labels.tolist() == [-1, -1]
+    torch.testing.assert_close(images[0], data.val_set[4][0], atol=1e-6, rtol=0)
+    settings = {**resolve_data_config({}, model=model), **data.eval_transform()}
+    photo = Image.open(new / "deeper" / "photo.png").convert("RGB")
+    torch.testing.assert_close(images[1], create_transform(**settings)(photo), atol=1e-6, rtol=0)
+    assert default_file(data) == "predictions_new_images.csv"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no image files"):
+        StoredImageFolderDataModule(str(tmp_path / "data"), predict_root=str(tmp_path / "empty"))
+
+
 def test_a_corrupt_store_is_one_error_that_says_to_delete_it(tmp_path: Path) -> None:
     write_image_folder(tmp_path, **STORE_FOLDER)
     path = _setup(tmp_path).store_path("train")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -68,6 +69,8 @@ class ImageDataModule(L.LightningDataModule):
         self.train_transform: Callable[[Any], Any] | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        self.predict_root: Path | None = None  # a folder of new images to predict instead of a split (image folders)
+        self.predict_set: Dataset | None = None
         self._train_loader: ResumableDataLoader | None = None
         self._resume_state: dict[str, int] | None = None
         # the data section of the run's config (class_path, init_args), set by the CLI; checkpoints record
@@ -214,7 +217,10 @@ class ImageDataModule(L.LightningDataModule):
         return self._loader(self._split("test"), shares=True)
 
     def predict_dataloader(self) -> DataLoader:
-        """The ``predict_split`` in its evaluation form (no augmentation), in order."""
+        """``predict_root``'s images where it is given (without labels), else the ``predict_split``; in their
+        evaluation form (no augmentation), in order."""
+        if self.predict_root is not None:
+            return self._loader(self.predict_set, shares=False)
         return self._loader(self._split(self.predict_split), shares=False)
 
     def transforms_from(self, model: Any) -> None:

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from timm.data import create_transform
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import datasets
 
 from crate.data import SeededTransformDataset
@@ -34,7 +34,16 @@ from .augmentation import Augmentation, check_device_augmentation, device_transf
 from .base import DataError, ImageDataModule
 from .folder_recipe import FolderRecipe, choose_recipe, survey_folder
 
-__all__ = ["DataError", "DataRootError", "FolderLayout", "ImageFolderDataModule", "ImageLoader", "load_rgb_image"]
+__all__ = [
+    "DataError",
+    "DataRootError",
+    "FolderLayout",
+    "ImageFolderDataModule",
+    "ImageLoader",
+    "UnlabelledImages",
+    "check_predict_root",
+    "load_rgb_image",
+]
 
 IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
 
@@ -149,7 +158,7 @@ class UnlabelledImages(Dataset):
         return self.transform(self.loader(path)), label
 
 
-def _check_predict_root(root: Path) -> None:
+def check_predict_root(root: Path) -> None:
     """Refuse a ``predict_root`` that is not a folder of images, before anything is built."""
     if not root.is_dir():
         raise DataError(f"--data.predict_root {root} is not a folder: give the folder that holds the images to predict")
@@ -354,7 +363,7 @@ class ImageFolderDataModule(ImageDataModule):
             raise ValueError(f"decode must be 'cpu' (PIL in the loader's workers) or 'device', got {decode!r}")
         predict_folder = Path(predict_root).expanduser() if predict_root is not None else None
         if predict_folder is not None:
-            _check_predict_root(predict_folder)
+            check_predict_root(predict_folder)
         layout = FolderLayout.read(Path(root).expanduser(), in_chans)
         chosen = {img_size, batch_size, augmentation, class_weights if isinstance(class_weights, str) else 0}
         self.recipe: FolderRecipe | None = None
@@ -375,7 +384,6 @@ class ImageFolderDataModule(ImageDataModule):
         self.augmentation = augmentation if augmentation is not None else self.recipe.augmentation
         self.decode = decode
         self.predict_root = predict_folder
-        self.predict_set: UnlabelledImages | None = None
         if decode == "device":
             check_device_augmentation(self.augmentation, self.img_size)
         self.device_transform: DeviceImageTransform | None = None
@@ -445,12 +453,6 @@ class ImageFolderDataModule(ImageDataModule):
                 self._encoded[id(dataset)] = EncodedImages(self.layout.samples(split), self.loader)
             if self.predict_set is not None:
                 self._encoded[id(self.predict_set)] = EncodedImages(self.predict_set.samples, self.loader)
-
-    def predict_dataloader(self) -> DataLoader:
-        """``predict_root``'s images where it is given (without labels), else the ``predict_split``."""
-        if self.predict_root is None:
-            return super().predict_dataloader()
-        return self._loader(self.predict_set, shares=False)
 
     # decode "device": the loaders read files (bytes, or pixels where the device cannot decode them), and each
     # batch is decoded and transformed on the device before the transfer; train_set, val_set and test_set keep

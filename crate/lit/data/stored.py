@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.trainer.states import RunningStage
+from timm.data import create_transform
 from torch.utils.data import Dataset
 
 from crate.data import (
@@ -35,7 +36,7 @@ from crate.data import (
 from crate.data.tensor_store import MixedSizes, folder_store
 
 from .base import DataError, ImageDataModule
-from .folder import FolderLayout
+from .folder import FolderLayout, UnlabelledImages, check_predict_root
 
 __all__ = ["StoredImageDataModule", "StoredImageFolderDataModule"]
 
@@ -194,6 +195,10 @@ class StoredImageFolderDataModule(StoredImageDataModule):
             own seed (:class:`crate.data.BatchMixing`); None: no mixing.
         fixed_eval_shape: pad a split's last validation or test batch to ``batch_size`` (labels -1, left out
             of the metrics), so that a compiled model under CUDA graphs evaluates in one shape.
+        predict_root: a folder of new images of any size (at any depth, no class folders needed) that
+            ``train.py predict`` predicts instead of ``predict_split``: each read as the folder's images are and
+            put in the evaluation form by timm's transform of the model's settings (what timm gives a user of the
+            exported file); their labels are unknown (-1), and the class names are ``root``'s.
     """
 
     has_test_split_note = "there is no test/ folder next to train/ and val/"
@@ -213,7 +218,11 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         multi_crop: MultiCrop | None = None,
         mixing: BatchMixing | None = None,
         fixed_eval_shape: bool = False,
+        predict_root: str | None = None,
     ) -> None:
+        predict_folder = Path(predict_root).expanduser() if predict_root is not None else None
+        if predict_folder is not None:
+            check_predict_root(predict_folder)
         super().__init__(
             img_size,
             batch_size,
@@ -230,6 +239,13 @@ class StoredImageFolderDataModule(StoredImageDataModule):
         self.layout = FolderLayout.read(self.root, in_chans)
         self.classes = self.layout.classes
         self.store_dir = Path(store_dir) if store_dir is not None else self.root / ".tensor_store"
+        self.predict_root = predict_folder
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        if self.predict_root is not None and self.predict_set is None:
+            config = {**self.model_data_config(), **self.eval_transform()}
+            self.predict_set = UnlabelledImages(self.predict_root, create_transform(**config), self.layout.loader)
 
     @property
     def num_classes(self) -> int:
