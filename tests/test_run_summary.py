@@ -421,6 +421,30 @@ def test_a_fit_stopped_by_early_stopping_says_so_and_one_that_ran_its_epochs_doe
             assert trainer.current_epoch == 4 and not said
 
 
+def test_a_resume_given_another_early_stopping_patience_says_the_checkpoint_s_is_kept(tmp_path: Path) -> None:
+    """Lightning restores EarlyStopping's patience with its counters: a resume given patience 5 after a run of
+    patience 1 stopped kept 1 and stopped again at once, without a word. It is said; the same patience says
+    nothing."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    def run(patience: int, epochs: int, ckpt: Path | None = None) -> L.Trainer:
+        trainer, _ = _trainer(tmp_path, enable_progress_bar=False, max_epochs=epochs)
+        trainer.callbacks.append(EarlyStopping(monitor="val/acc", mode="max", patience=patience, min_delta=2.0))
+        module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+        trainer.fit(module, DigitsDataModule(batch_size=8), ckpt_path=ckpt)
+        return trainer
+
+    first = run(1, 4)
+    first.save_checkpoint(tmp_path / "stopped.ckpt")
+    assert first.current_epoch == 2
+    with pytest.warns(UserWarning, match=r"EarlyStopping keeps the checkpoint's patience 1 \(and its 1 validations "):
+        resumed = run(5, 6, tmp_path / "stopped.ckpt")
+    assert resumed.early_stopping_callback.patience == 1  # Lightning's restore, now said
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="EarlyStopping keeps")
+        run(1, 6, tmp_path / "stopped.ckpt")
+
+
 def test_a_figure_read_on_part_of_its_split_says_how_much(tmp_path: Path, caplog) -> None:
     """``--trainer.limit_val_batches 2`` of 6: the summary gave the figure of 2 batches as the split's, in the fit's
     summary and in validate's line; read whole, nothing is added."""

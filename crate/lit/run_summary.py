@@ -262,6 +262,19 @@ class RunSummary(Callback):
         self._best = (float(best[0]), int(best[1])) if best else None
         self._carried_s = float(state_dict.get("elapsed_s", 0.0))
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Before the callbacks' states are restored: a resume given another EarlyStopping ``patience`` keeps the
+        checkpoint's, with its count of validations without improvement (Lightning restores both), which is said."""
+        stored = checkpoint.get("callbacks") or {}
+        for callback in trainer.early_stopping_callbacks:
+            state = stored.get(callback.state_key) or {}
+            if "patience" in state and state["patience"] != callback.patience:
+                rank_zero_warn(
+                    f"EarlyStopping keeps the checkpoint's patience {state['patience']} (and its "
+                    f"{state.get('wait_count', 0)} validations without improvement): Lightning restores the callback's "
+                    f"state on resume, so this run's patience {callback.patience} is not applied"
+                )
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
 
