@@ -11,6 +11,7 @@ float32), each with the term read on 8, 4 and 2 images of the batch (``--model.o
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -59,6 +60,7 @@ def ratio(images: int, size: int, chans: int, batch: int, bf16: bool, steps: int
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; no settings
     print("| step | without the term (ms) | term on 8 images | on 4 | on 2 |")
     print("|---|---|---|---|---|")
     rows = (
