@@ -40,7 +40,7 @@ from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
 from .data.folder import DataError, DataRootError
 from .epoch_figures import EpochFiguresOnResume
-from .fault_tolerance import InterruptCheckpoint, NonFiniteGuard
+from .fault_tolerance import InterruptCheckpoint, NonFiniteError, NonFiniteGuard
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
 from .predictions import PredictionWriter
@@ -627,6 +627,11 @@ def cli_main(
             raise
         sys.stderr.write(f"{chr(10) if CrateCLI.progress_bar else ''}{program}: error: {one_line(err)}\n")
         raise SystemExit(2) from None
+    except NonFiniteError as err:  # a run that diverged: the step, the checkpoints it kept and what to change
+        if not run:
+            raise
+        sys.stderr.write(f"{chr(10) if CrateCLI.progress_bar else ''}{program}: error: {one_line(err)}\n")
+        raise SystemExit(1) from None
     except ValueError as err:
         _remove_if_empty(CrateCLI.run_dir)
         if not run or "(ckpt_path=" not in str(err):
