@@ -81,6 +81,33 @@ def test_a_run_cut_short_by_max_steps_warms_up_over_its_epochs_length(accumulate
     assert updates == pytest.approx(expected, rel=1e-9)
 
 
+def test_stochastic_weight_averaging_runs_its_schedule_and_is_refused_beside_a_kept_average() -> None:
+    """Lightning's StochasticWeightAveraging puts its SWALR in the schedule's place, which our step hook called as a
+    timm schedule (AttributeError 'step_update'); it now steps as Lightning steps it. Beside a moving average, whose
+    weights validation, checkpoints and export read, the callback's average would be lost: refused, naming the
+    setting."""
+    from lightning.pytorch.callbacks import StochasticWeightAveraging
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    def swa() -> StochasticWeightAveraging:
+        return StochasticWeightAveraging(swa_lrs=1e-4, swa_epoch_start=1, annealing_epochs=1)
+
+    plain = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=0)
+    recorder = _RecordLR()
+    trainer = _fit(plain, steps=3, callbacks=[swa(), recorder], max_epochs=3)
+    assert trainer.global_step == 9
+    assert recorder.lrs[-1] == pytest.approx(1e-4)  # SWALR's rate from the second epoch on, not the cosine's
+    averaged = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.99)
+    with pytest.raises(MisconfigurationException, match=r"exports the moving average of --model.ema_decay: give"):
+        _fit(averaged, steps=3, callbacks=[swa()], max_epochs=3)
+    from crate.lit import SelfDistillation
+
+    teacher = SelfDistillation("crate_nano_patch4_32", img_size=32, head_hidden_dim=16, head_dim=8)
+    teacher.trainer = L.Trainer(callbacks=[swa()], logger=False)
+    with pytest.raises(MisconfigurationException, match="the teacher, the student's own moving average"):
+        teacher.configure_optimizers()
+
+
 def test_a_warmup_as_long_as_the_run_is_said_and_a_shorter_one_is_not() -> None:
     """The digits config's 3 warm-up epochs in a 1-epoch run: the rate rose over every step but the last and never
     decayed, without a word."""

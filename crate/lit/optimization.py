@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lightning.pytorch.callbacks import StochasticWeightAveraging
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 from torch import nn
@@ -105,7 +107,24 @@ class TimmOptimization:
         """What the optimizer updates: ``self.model`` (self-distillation: the student and its head)."""
         return self.model
 
+    def kept_weight_average(self) -> str | None:
+        """The average of the weights this module keeps and evaluates (a moving average, a teacher) and how to do
+        without it, in words; None where it evaluates the trained weights themselves."""
+        return None
+
+    def _check_weight_averaging(self) -> None:
+        """Lightning's StochasticWeightAveraging writes its average into the trained weights at the end: refused
+        where validation, checkpoints and export read an average of the module's own instead (it would be lost
+        without a word)."""
+        kept = self.kept_weight_average()
+        if kept and any(isinstance(callback, StochasticWeightAveraging) for callback in self.trainer.callbacks):
+            raise MisconfigurationException(
+                f"StochasticWeightAveraging averages the trained weights, but this run validates, checkpoints and "
+                f"exports {kept}"
+            )
+
     def configure_optimizers(self) -> dict[str, Any]:
+        self._check_weight_averaging()
         hp = self.hparams
         lr = self.scaled_lr()
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
@@ -150,9 +169,13 @@ class TimmOptimization:
         little as ``layer_decay ** depth``; the last layers and the head get it unscaled)."""
         return max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
 
-    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
-        """timm schedulers are stepped by the number of optimizer updates done."""
-        scheduler.step_update(num_updates=self.global_step)
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """timm schedulers are stepped by the number of optimizer updates done; another (the SWALR that
+        StochasticWeightAveraging puts in the schedule's place) as Lightning steps it."""
+        if isinstance(scheduler, CosineLRScheduler):
+            scheduler.step_update(num_updates=self.global_step)
+        else:
+            super().lr_scheduler_step(scheduler, metric)  # type: ignore[misc]
 
     def on_train_start(self) -> None:
         """The rate of the first update of this fit, from the run's own schedule: a resume restores the optimizer
