@@ -81,30 +81,24 @@ def test_a_run_cut_short_by_max_steps_warms_up_over_its_epochs_length(accumulate
     assert updates == pytest.approx(expected, rel=1e-9)
 
 
-def test_stochastic_weight_averaging_runs_its_schedule_and_is_refused_beside_a_kept_average() -> None:
-    """Lightning's StochasticWeightAveraging puts its SWALR in the schedule's place, which our step hook called as a
-    timm schedule (AttributeError 'step_update'); it now steps as Lightning steps it. Beside a moving average, whose
-    weights validation, checkpoints and export read, the callback's average would be lost: refused, naming the
-    setting."""
+@pytest.mark.parametrize("ema_decay", [None, 0.99])
+def test_stochastic_weight_averaging_is_refused_with_the_module_s_way_to_average(ema_decay: float | None) -> None:
+    """Lightning's StochasticWeightAveraging put its SWALR in the cosine schedule's place (AttributeError
+    'step_update' in our step hook), and puts its average in a model without BatchNorm only when training ends,
+    after the last validation and checkpoint: no figure or file of the run would hold it. Refused before the
+    first step, with the module's own way to average (SimDINO: its teacher)."""
     from lightning.pytorch.callbacks import StochasticWeightAveraging
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-    def swa() -> StochasticWeightAveraging:
-        return StochasticWeightAveraging(swa_lrs=1e-4, swa_epoch_start=1, annealing_epochs=1)
-
-    plain = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=0)
-    recorder = _RecordLR()
-    trainer = _fit(plain, steps=3, callbacks=[swa(), recorder], max_epochs=3)
-    assert trainer.global_step == 9
-    assert recorder.lrs[-1] == pytest.approx(1e-4)  # SWALR's rate from the second epoch on, not the cosine's
-    averaged = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=0.99)
-    with pytest.raises(MisconfigurationException, match=r"exports the moving average of --model.ema_decay: give"):
-        _fit(averaged, steps=3, callbacks=[swa()], max_epochs=3)
     from crate.lit import SelfDistillation
 
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, ema_decay=ema_decay)
+    with pytest.raises(MisconfigurationException, match=r"after the last validation and checkpoint.*--model.ema_d"):
+        _fit(module, steps=3, callbacks=[StochasticWeightAveraging(swa_lrs=1e-4)], max_epochs=3)
+    assert module.global_step == 0
     teacher = SelfDistillation("crate_nano_patch4_32", img_size=32, head_hidden_dim=16, head_dim=8)
-    teacher.trainer = L.Trainer(callbacks=[swa()], logger=False)
-    with pytest.raises(MisconfigurationException, match="the teacher, the student's own moving average"):
+    teacher.trainer = L.Trainer(callbacks=[StochasticWeightAveraging(swa_lrs=1e-4)], logger=False)
+    with pytest.raises(MisconfigurationException, match="the teacher, which validation, checkpoints and export read"):
         teacher.configure_optimizers()
 
 

@@ -108,6 +108,9 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         """The encoder's features (B, 1 + N, d) of the unmasked images."""
         return self.model.forward_features(images)
 
+    def weight_average_advice(self) -> str:
+        return "masked pretraining keeps no average of its weights"
+
     def evaluated_model(self) -> nn.Module:
         return self.model
 

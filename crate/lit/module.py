@@ -296,11 +296,6 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             self.model_ema.update(self.model, step=self.global_step)
             self._averaged_step = self.global_step
 
-    def kept_weight_average(self) -> str | None:
-        if self.model_ema is None:
-            return None
-        return "the moving average of --model.ema_decay: give --model.ema_decay null to average with the callback"
-
     def evaluated_model(self) -> nn.Module:
         """The weights validation, test and predict measure: the moving average when it is on."""
         return self.model_ema.module if self.model_ema is not None else self.model

@@ -107,24 +107,22 @@ class TimmOptimization:
         """What the optimizer updates: ``self.model`` (self-distillation: the student and its head)."""
         return self.model
 
-    def kept_weight_average(self) -> str | None:
-        """The average of the weights this module keeps and evaluates (a moving average, a teacher) and how to do
-        without it, in words; None where it evaluates the trained weights themselves."""
-        return None
+    def weight_average_advice(self) -> str:
+        """How this module averages its weights, in words, for the refusal of Lightning's own averaging."""
+        return "average with --model.ema_decay instead: a moving average that validation, checkpoints and export read"
 
-    def _check_weight_averaging(self) -> None:
-        """Lightning's StochasticWeightAveraging writes its average into the trained weights at the end: refused
-        where validation, checkpoints and export read an average of the module's own instead (it would be lost
-        without a word)."""
-        kept = self.kept_weight_average()
-        if kept and any(isinstance(callback, StochasticWeightAveraging) for callback in self.trainer.callbacks):
+    def _refuse_weight_averaging_callback(self) -> None:
+        """Lightning's StochasticWeightAveraging writes its average into a model without BatchNorm only when training
+        ends, after the last validation and checkpoint: every checkpoint, its figures and an export of it would
+        hold the weights without the average, without a word. Refused, with this module's way to average."""
+        if any(isinstance(callback, StochasticWeightAveraging) for callback in self.trainer.callbacks):
             raise MisconfigurationException(
-                f"StochasticWeightAveraging averages the trained weights, but this run validates, checkpoints and "
-                f"exports {kept}"
+                "StochasticWeightAveraging puts its average in the model only after the last validation and "
+                f"checkpoint, so neither the run's figures nor its files would hold it; {self.weight_average_advice()}"
             )
 
     def configure_optimizers(self) -> dict[str, Any]:
-        self._check_weight_averaging()
+        self._refuse_weight_averaging_callback()
         hp = self.hparams
         lr = self.scaled_lr()
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
@@ -169,13 +167,9 @@ class TimmOptimization:
         little as ``layer_decay ** depth``; the last layers and the head get it unscaled)."""
         return max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
 
-    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """timm schedulers are stepped by the number of optimizer updates done; another (the SWALR that
-        StochasticWeightAveraging puts in the schedule's place) as Lightning steps it."""
-        if isinstance(scheduler, CosineLRScheduler):
-            scheduler.step_update(num_updates=self.global_step)
-        else:
-            super().lr_scheduler_step(scheduler, metric)  # type: ignore[misc]
+    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
+        """timm schedulers are stepped by the number of optimizer updates done."""
+        scheduler.step_update(num_updates=self.global_step)
 
     def on_train_start(self) -> None:
         """The rate of the first update of this fit, from the run's own schedule: a resume restores the optimizer

@@ -140,8 +140,8 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
     def trained_module(self) -> nn.Module:
         return nn.ModuleList([self.student, self.student_head])
 
-    def kept_weight_average(self) -> str | None:
-        return "the teacher, the student's own moving average: self-distillation takes no other average"
+    def weight_average_advice(self) -> str:
+        return "the teacher, which validation, checkpoints and export read, is already the student's moving average"
 
     def evaluated_model(self) -> nn.Module:
         return self.model
