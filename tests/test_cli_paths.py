@@ -843,6 +843,29 @@ def test_a_trainer_setting_that_needs_a_package_not_installed_is_one_line(tmp_pa
     assert not (tmp_path / "crate_nano_digits").exists()
 
 
+@pytest.mark.parametrize(
+    "callback, said",
+    [
+        ("LearningRateFinder", "LearningRateFinder sets the learning rate after the run's config.yaml recorded"),
+        ("BatchSizeFinder", "BatchSizeFinder sets the batch size after the run's config.yaml recorded"),
+        ("StochasticWeightAveraging", "StochasticWeightAveraging puts its average in the model only after the last"),
+    ],
+)
+def test_lightning_callbacks_that_change_the_run_after_its_records_are_one_line(
+    tmp_path: Path, callback: str, said: str
+) -> None:
+    """The finders trained a run whose config.yaml named another rate or batch (batch 2048 recorded as 64), and
+    LearningRateFinder's ramp, like StochasticWeightAveraging's SWALR, was an AttributeError traceback: one line,
+    exit status 2, nothing written."""
+    extra = ["--trainer.callbacks.swa_lrs", "0.01"] if callback == "StochasticWeightAveraging" else []
+    proc = run_in_process(
+        "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), f"--trainer.callbacks+={callback}", *extra
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"train.py: error: {said}")
+    assert not (tmp_path / "crate_nano_digits").exists()
+
+
 def test_a_stock_vit_exports_with_the_image_size_and_settings_it_was_built_with(tmp_path: Path) -> None:
     """timm's ViT takes an image size (a ResNet does not): the load line and the hub folder build it at the run's
     16 px with its patch size and depth, and give the module's own outputs."""

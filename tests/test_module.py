@@ -102,6 +102,39 @@ def test_stochastic_weight_averaging_is_refused_with_the_module_s_way_to_average
         teacher.configure_optimizers()
 
 
+def test_the_finders_rate_and_batch_are_what_the_run_trains_at() -> None:
+    """Lightning's LearningRateFinder set --model.lr to its suggestion (the run's records said so) while the cosine
+    schedule, built before it, trained at the given rate; BatchSizeFinder's batch left the schedule planned over
+    the old count of steps, so it never decayed. The optimizer and schedule are built again for what the run
+    trains: the warm-up peaks at the recorded rate, and the rate ends at its floor. Tuner.lr_find, which the CLI
+    advises, runs its ramp through our step hook and the next fit trains at its rate."""
+    from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
+    from lightning.pytorch.tuner import Tuner
+
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=0.5)
+    recorder = _RecordLR()
+    _fit(module, steps=20, callbacks=[LearningRateFinder(num_training_steps=20), recorder], max_epochs=1)
+    assert module.hparams.lr != 1e-3 and max(recorder.lrs) == pytest.approx(module.hparams.lr)
+    sized = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, min_lr_ratio=0.1)
+    sized.hparams.warmup_epochs = 0
+    recorder = _RecordLR()
+    finder = BatchSizeFinder(init_val=8, max_trials=2, steps_per_trial=1)  # doubles batch 8 at each trial
+    torch.manual_seed(0)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        limit_val_batches=1, callbacks=[finder, recorder])  # fmt: skip
+    data = DigitsDataModule(batch_size=8)
+    trainer.fit(sized, data)
+    total = math.ceil(1437 / data.batch_size)  # the digits' 1,437 training images, in batches of the found size
+    assert data.batch_size > 8 and trainer.global_step == len(recorder.lrs) == total
+    lr, low = 1e-3, 1e-4
+    expected = [low + 0.5 * (lr - low) * (1 + math.cos(math.pi * t / total)) for t in range(total)]
+    assert recorder.lrs == pytest.approx(expected, rel=1e-9)  # the cosine over the steps the run took
+    tuned = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, lr=1e-3, warmup_epochs=0.5)
+    tuner_trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    found = Tuner(tuner_trainer).lr_find(tuned, datamodule=DigitsDataModule(batch_size=8), num_training=20)
+    assert found.suggestion() is not None and tuned.hparams.lr == found.suggestion()
+
+
 def test_a_warmup_as_long_as_the_run_is_said_and_a_shorter_one_is_not() -> None:
     """The digits config's 3 warm-up epochs in a 1-epoch run: the rate rose over every step but the last and never
     decayed, without a word."""

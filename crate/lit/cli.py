@@ -16,7 +16,7 @@ import timm
 import torch
 from jsonargparse import ArgumentError, Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -319,6 +319,7 @@ class CrateCLI(LightningCLI):
             # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
             for callback in trainer.checkpoint_callbacks:
                 callback.save_last = False
+        refuse_tuning_callbacks(trainer)
         drop_unscored_best(trainer, self.model, str(self.subcommand))
         warn_if_slow_bf16(trainer, self.resumed.path if self.resumed is not None else None)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
@@ -328,6 +329,24 @@ class CrateCLI(LightningCLI):
 def _given_configs(config: Any) -> list[str]:
     """The ``--config`` files of the command, in order."""
     return [str(path) for path in config.get("config") or []]
+
+
+def refuse_tuning_callbacks(trainer: Trainer) -> None:
+    """Lightning's LearningRateFinder and BatchSizeFinder set the learning rate or the batch size when the fit starts,
+    after the run's ``config.yaml`` recorded the given ones: the run's config would name another rate or batch than
+    it trained with, and a resume from it would be refused as another recipe. Found first, they are settings."""
+    tuner = "lightning.pytorch.tuner.Tuner(trainer)"
+    for callback in trainer.callbacks:
+        if isinstance(callback, LearningRateFinder):
+            raise ConfigError(
+                "LearningRateFinder sets the learning rate after the run's config.yaml recorded --model.lr: find it "
+                f"first ({tuner}.lr_find(model, datamodule)) and give it as --model.lr"
+            )
+        if isinstance(callback, BatchSizeFinder):
+            raise ConfigError(
+                "BatchSizeFinder sets the batch size after the run's config.yaml recorded --data.batch_size: find it "
+                f"first ({tuner}.scale_batch_size(model, datamodule)) and give it as --data.batch_size"
+            )
 
 
 def drop_unscored_best(trainer: Trainer, module: L.LightningModule, subcommand: str) -> None:

@@ -85,7 +85,7 @@ class TimmOptimization:
         if refusals:
             raise ValueError("; ".join(refusals) + " (--model.KEY VALUE)")
 
-    def scaled_lr(self) -> float:
+    def scaled_lr(self, say: bool = True) -> float:
         """The peak learning rate of this run: ``lr``, or with ``lr_base_size``, ``lr`` scaled from that global
         batch size to this run's (batch size x processes x accumulated batches), linearly or by the square
         root (``lr_base_scale``)."""
@@ -100,7 +100,8 @@ class TimmOptimization:
         batch = batch_size * trainer.world_size * trainer.accumulate_grad_batches
         ratio = batch / base
         lr = hp.lr * (ratio if hp.get("lr_base_scale", "sqrt") == "linear" else math.sqrt(ratio))
-        rank_zero_info(f"learning rate {hp.lr:g} at batch {base} is {lr:g} at this run's batch {batch}")
+        if say:
+            rank_zero_info(f"learning rate {hp.lr:g} at batch {base} is {lr:g} at this run's batch {batch}")
         return lr
 
     def trained_module(self) -> nn.Module:
@@ -112,7 +113,7 @@ class TimmOptimization:
         return "average with --model.ema_decay instead: a moving average that validation, checkpoints and export read"
 
     def _refuse_weight_averaging_callback(self) -> None:
-        """Lightning's StochasticWeightAveraging writes its average into a model without BatchNorm only when training
+        """Lightning's StochasticWeightAveraging puts its average in a model without BatchNorm only when training
         ends, after the last validation and checkpoint: every checkpoint, its figures and an export of it would
         hold the weights without the average, without a word. Refused, with this module's way to average."""
         if any(isinstance(callback, StochasticWeightAveraging) for callback in self.trainer.callbacks):
@@ -132,6 +133,7 @@ class TimmOptimization:
             trained, opt=hp.optimizer, lr=lr, weight_decay=hp.weight_decay, layer_decay=hp.layer_decay, **extra
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        self._schedule_built_for = (lr, total_steps)
         warmup_steps = min(int(round(hp.warmup_epochs * self._updates_per_epoch(total_steps))), total_steps - 1)
         if hp.warmup_epochs > 0 and total_steps > 1 and warmup_steps == total_steps - 1:
             rank_zero_warn(
@@ -167,15 +169,27 @@ class TimmOptimization:
         little as ``layer_decay ** depth``; the last layers and the head get it unscaled)."""
         return max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
 
-    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any) -> None:
-        """timm schedulers are stepped by the number of optimizer updates done."""
-        scheduler.step_update(num_updates=self.global_step)
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """timm schedulers are stepped by the number of optimizer updates done; another (the exponential ramp
+        Lightning's LearningRateFinder puts in the schedule's place for its trial) as Lightning steps it."""
+        if isinstance(scheduler, CosineLRScheduler):
+            scheduler.step_update(num_updates=self.global_step)
+        else:
+            super().lr_scheduler_step(scheduler, metric)  # type: ignore[misc]
 
     def on_train_start(self) -> None:
         """The rate of the first update of this fit, from the run's own schedule: a resume restores the optimizer
         with the rate the checkpoint's schedule set last, which another ``max_epochs`` changes (the same rate
-        otherwise, so a resume with the run's settings is unchanged)."""
+        otherwise, so a resume with the run's settings is unchanged). Where Lightning's LearningRateFinder or
+        BatchSizeFinder changed the rate or the run's steps after the schedule was built (their ``on_fit_start``),
+        the optimizer and its schedule are built again for what the run now trains."""
         super().on_train_start()
+        trainer = self.trainer
+        built_for = getattr(self, "_schedule_built_for", None)
+        ours = [config for config in trainer.lr_scheduler_configs if isinstance(config.scheduler, RunCosineSchedule)]
+        if self.global_step == 0 and built_for is not None and ours:  # not inside a finder's own trial run
+            if built_for != (self.scaled_lr(say=False), max(1, int(trainer.estimated_stepping_batches))):
+                trainer.strategy.setup_optimizers(trainer)
         for config in self.trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, CosineLRScheduler):
                 config.scheduler.step_update(num_updates=self.global_step)
