@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -98,6 +99,31 @@ def test_wrong_image_size_or_channels_get_a_clear_error(name: str) -> None:
     # uint8 pixels, as torchvision.io reads them: a convolution's "expected scalar type Byte but found Float"
     with pytest.raises(AssertionError, match=r"expected floating-point images, .*create_transform.*integer tensor"):
         model(torch.randint(0, 255, (1, 1, 32, 32), dtype=torch.uint8))
+
+
+def test_a_pruned_flat_patch_embedding_trains_on_its_masked_weights() -> None:
+    """torch's pruning (Lightning's ModelPruning) computes ``proj.weight`` from ``weight_orig`` and its mask in the
+    module's forward hook; the embedding read ``proj.weight`` with permuted columns without calling ``proj``, so
+    the second step backpropagated through the first one's freed graph ("Trying to backward through the graph a
+    second time"). Hooked, it calls its modules: the output is the plain embedding with the masked weights, and
+    steps train."""
+    from torch.nn.utils import prune
+
+    torch.manual_seed(0)
+    model = timm.create_model("crate_nano_patch4_32", num_classes=3, img_size=16, in_chans=1)
+    embed = model.patch_embed
+    reference = copy.deepcopy(embed)
+    prune.l1_unstructured(embed.proj, "weight", amount=0.5)
+    with torch.no_grad():
+        reference.proj.weight.copy_(embed.proj.weight_orig * embed.proj.weight_mask)
+    x = torch.randn(2, 1, 16, 16)
+    torch.testing.assert_close(embed(x), reference(x), atol=1e-6, rtol=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    assert float((embed.proj.weight == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
 
 
 def test_unknown_model_name_gets_a_clear_error() -> None:

@@ -141,6 +141,20 @@ class PatchEmbed(_PatchGrid):
         pass of CRATE-T's step); the weights are permuted instead, a few hundred thousand elements.
         """
         self.check(x)
+        if torch.jit.is_scripting():
+            return self._permuted(x)
+        return self._eager(x)
+
+    @torch.jit.unused
+    def _eager(self, x: torch.Tensor) -> torch.Tensor:
+        """Where ``norm_in`` or ``proj`` computes its weight in a forward hook (torch's pruning, which Lightning's
+        ModelPruning applies, sets ``weight`` from ``weight_orig`` and its mask there), the modules are called, in
+        the (p1 p2 c) order: the permuted-weight path reads ``weight`` without calling them."""
+        if self.norm_in._forward_pre_hooks or self.proj._forward_pre_hooks:
+            return self.norm_out(self.proj(self.norm_in(self.patchify(x))))
+        return self._permuted(x)
+
+    def _permuted(self, x: torch.Tensor) -> torch.Tensor:
         batch, chans, height, width = x.shape
         ph, pw = self.patch_size
         patches = x.reshape(batch, chans, height // ph, ph, width // pw, pw).permute(0, 2, 4, 1, 3, 5)
