@@ -186,7 +186,7 @@ class TimmOptimization:
         super().on_train_start()
         trainer = self.trainer
         built_for = getattr(self, "_schedule_built_for", None)
-        ours = [config for config in trainer.lr_scheduler_configs if isinstance(config.scheduler, RunCosineSchedule)]
+        ours = any(isinstance(config.scheduler, RunCosineSchedule) for config in trainer.lr_scheduler_configs)
         if self.global_step == 0 and built_for is not None and ours:  # not inside a finder's own trial run
             if built_for != (self.scaled_lr(say=False), max(1, int(trainer.estimated_stepping_batches))):
                 trainer.strategy.setup_optimizers(trainer)

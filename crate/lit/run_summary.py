@@ -69,7 +69,7 @@ def _why_untrained(trainer: L.Trainer) -> str:
         return "--trainer.limit_train_batches 0 (no training batches)"
     if trainer.num_training_batches == 0:
         return "no training batches"
-    if _time_limit_line(trainer):
+    if _stopping_timer(trainer) is not None:
         return "--trainer.max_time reached before the first step"
     by_steps = trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
     limit = "max_steps" if by_steps else "max_epochs"
@@ -82,12 +82,18 @@ def _why_untrained(trainer: L.Trainer) -> str:
     )
 
 
+def _stopping_timer(trainer: L.Trainer) -> Timer | None:
+    """Lightning's Timer where ``--trainer.max_time`` ended the fit, else None."""
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    remaining = timer.time_remaining() if timer is not None else None
+    return timer if remaining is not None and remaining <= 0 and trainer.should_stop else None
+
+
 def _time_limit_line(trainer: L.Trainer) -> list[str]:
     """Where ``--trainer.max_time`` ended the fit: after how long, and how far into the learning-rate schedule,
     which spans the run's ``max_epochs`` (or ``max_steps``) whatever the time limit."""
-    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-    remaining = timer.time_remaining() if timer is not None else None
-    if remaining is None or remaining > 0 or not trainer.should_stop:
+    timer = _stopping_timer(trainer)
+    if timer is None:
         return []
     planned = trainer.estimated_stepping_batches
     schedule = f" of the {int(planned):,} its learning-rate schedule planned" if math.isfinite(planned) else ""

@@ -68,15 +68,12 @@ def _create(model_name: str, img_size: int | None, kwargs: dict[str, Any]) -> nn
         return timm.create_model(model_name, **kwargs)
     try:
         model = timm.create_model(model_name, img_size=img_size, **kwargs)
-    except TypeError as err:
+    except TypeError as err:  # a network without an image size (most CNNs)
         if "img_size" not in str(err):
             raise
-    else:
-        if not in_zoo(architecture_of(model_name)):  # timm's own may take its size and fail on it (CrossViT)
-            _check_takes_size(model, model_name, kwargs.get("in_chans"), img_size)
-        return model
-    model = timm.create_model(model_name, **kwargs)
-    _check_takes_size(model, model_name, kwargs.get("in_chans"), img_size)
+        model = timm.create_model(model_name, **kwargs)
+    if not in_zoo(architecture_of(model_name)):  # timm's own may not take the size, even one it was built for
+        _check_takes_size(model, model_name, kwargs.get("in_chans"), img_size)
     return model
 
 
