@@ -849,6 +849,7 @@ def test_a_trainer_setting_that_needs_a_package_not_installed_is_one_line(tmp_pa
         ("LearningRateFinder", "LearningRateFinder sets the learning rate after the run's config.yaml recorded"),
         ("BatchSizeFinder", "BatchSizeFinder sets the batch size after the run's config.yaml recorded"),
         ("StochasticWeightAveraging", "StochasticWeightAveraging puts its average in the model only after the last"),
+        ("GradientAccumulationScheduler", "GradientAccumulationScheduler changes the batches of an update between"),
     ],
 )
 def test_lightning_callbacks_that_change_the_run_after_its_records_are_one_line(
@@ -857,7 +858,9 @@ def test_lightning_callbacks_that_change_the_run_after_its_records_are_one_line(
     """The finders trained a run whose config.yaml named another rate or batch (batch 2048 recorded as 64), and
     LearningRateFinder's ramp, like StochasticWeightAveraging's SWALR, was an AttributeError traceback: one line,
     exit status 2, nothing written."""
-    extra = ["--trainer.callbacks.swa_lrs", "0.01"] if callback == "StochasticWeightAveraging" else []
+    settings = {"StochasticWeightAveraging": ["--trainer.callbacks.swa_lrs", "0.01"]}
+    settings["GradientAccumulationScheduler"] = ["--trainer.callbacks.scheduling", "{2: 4}"]
+    extra = settings.get(callback, [])
     proc = run_in_process(
         "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), f"--trainer.callbacks+={callback}", *extra
     )

@@ -102,6 +102,20 @@ def test_stochastic_weight_averaging_is_refused_with_the_module_s_way_to_average
         teacher.configure_optimizers()
 
 
+def test_a_changing_accumulation_is_refused_before_the_first_step() -> None:
+    """Lightning's GradientAccumulationScheduler changed the batches of an update between epochs while the cosine
+    was planned over updates of one batch: accumulating 4 from the third of 4 epochs of 23 batches took 58 of the
+    92 planned updates and the rate never reached its floor. Refused before the first step, naming the fixed
+    accumulation the schedule counts."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32)
+    with pytest.raises(MisconfigurationException, match=r"batches of an update between epochs.*accumulate_grad_b"):
+        _fit(module, steps=3, callbacks=[GradientAccumulationScheduler({1: 2})], max_epochs=2)
+    assert module.global_step == 0
+
+
 def test_the_finders_rate_and_batch_are_what_the_run_trains_at() -> None:
     """Lightning's LearningRateFinder set --model.lr to its suggestion (the run's records said so) while the cosine
     schedule, built before it, trained at the given rate; BatchSizeFinder's batch left the schedule planned over

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lightning.pytorch.callbacks import StochasticWeightAveraging
+from lightning.pytorch.callbacks import GradientAccumulationScheduler, StochasticWeightAveraging
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from timm.optim import create_optimizer_v2
@@ -112,18 +112,28 @@ class TimmOptimization:
         """How this module averages its weights, in words, for the refusal of Lightning's own averaging."""
         return "average with --model.ema_decay instead: a moving average that validation, checkpoints and export read"
 
-    def _refuse_weight_averaging_callback(self) -> None:
+    def _refuse_callbacks_changing_updates(self) -> None:
         """Lightning's StochasticWeightAveraging puts its average in a model without BatchNorm only when training
         ends, after the last validation and checkpoint: every checkpoint, its figures and an export of it would
-        hold the weights without the average, without a word. Refused, with this module's way to average."""
-        if any(isinstance(callback, StochasticWeightAveraging) for callback in self.trainer.callbacks):
+        hold the weights without the average, without a word. Its GradientAccumulationScheduler changes the
+        batches of an update between epochs, while the schedule is planned over the updates of the trainer's
+        ``accumulate_grad_batches`` (the rate stopped short of its floor: 58 of 92 planned updates), and the
+        run's records and resume count steps of one size. Both refused, each with this module's own way."""
+        callbacks = self.trainer.callbacks
+        if any(isinstance(callback, StochasticWeightAveraging) for callback in callbacks):
             raise MisconfigurationException(
                 "StochasticWeightAveraging puts its average in the model only after the last validation and "
                 f"checkpoint, so neither the run's figures nor its files would hold it; {self.weight_average_advice()}"
             )
+        if any(isinstance(callback, GradientAccumulationScheduler) for callback in callbacks):
+            raise MisconfigurationException(
+                "GradientAccumulationScheduler changes the batches of an update between epochs, while the learning "
+                "rate's schedule, the recorded update batch and a resume count updates of one size; accumulate a "
+                "fixed number of batches with --trainer.accumulate_grad_batches N"
+            )
 
     def configure_optimizers(self) -> dict[str, Any]:
-        self._refuse_weight_averaging_callback()
+        self._refuse_callbacks_changing_updates()
         hp = self.hparams
         lr = self.scaled_lr()
         extra = {"betas": tuple(hp.betas)} if any(name in hp.optimizer.lower() for name in _BETA_OPTIMIZERS) else {}
