@@ -97,9 +97,11 @@ def test_a_config_given_to_another_program_names_the_command_that_takes_it(
     foreign = sorted(keys - set(inspect.signature(given[program]).parameters))
     assert foreign and keys <= set(inspect.signature(getattr(crate.lit, meant)).parameters)
     proc = run_in_process(*objective, "fit", "--config", str(REPO / config), "--print_config", program=program)
+    command = {"MaskedAutoencoder": "pretrain.py --objective mae"}.get(meant, PROGRAMS[meant])  # named, not implied
+    assert command != " ".join([program, *objective])  # not the command that was given
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"{program}: the config's model settings ({', '.join(foreign)}) are those of python {PROGRAMS[meant]}: "
+        f"{program}: the config's model settings ({', '.join(foreign)}) are those of python {command}: "
         "run it with that command"
     )
 

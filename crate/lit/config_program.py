@@ -46,6 +46,13 @@ def _settings(module: type[L.LightningModule]) -> set[str]:
     return set(inspect.signature(module).parameters)
 
 
+def _command(module: type[L.LightningModule]) -> str:
+    """The command that trains ``module``, its objective named where ``pretrain.py`` has several: to a user who ran
+    ``pretrain.py --objective simdino``, "pretrain.py" would name the command already given."""
+    command = PROGRAMS[module.__name__]
+    return f"{command} --objective mae" if module is MaskedAutoencoder else command
+
+
 def program_of_configs(configs: list[str], module: type[L.LightningModule]) -> tuple[str, list[str]] | None:
     """(the command whose module takes every model setting of ``configs``, the settings ``module`` does not
     take), where ``module`` does not take them all and another module does; else None."""
@@ -54,4 +61,4 @@ def program_of_configs(configs: list[str], module: type[L.LightningModule]) -> t
     if not foreign:
         return None
     fitting = [other for other in MODULES if other is not module and keys <= _settings(other)]
-    return (PROGRAMS[fitting[0].__name__], foreign) if fitting else None
+    return (_command(fitting[0]), foreign) if fitting else None
