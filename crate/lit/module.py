@@ -323,9 +323,11 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         self._eval_step(batch, "test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor | None]:
-        """Class probabilities (and the labels where the batch has them), for the PredictionWriter."""
+        """Class probabilities (and the labels where the batch has them), for the PredictionWriter: the softmax of
+        the logits in float32, also where a bf16 run's logits are bf16 (a bf16 softmax rounds each probability to
+        about 3 significant digits)."""
         images, labels = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
-        return {"probabilities": self.evaluated_model()(images).softmax(dim=-1), "labels": labels}
+        return {"probabilities": self.evaluated_model()(images).float().softmax(dim=-1), "labels": labels}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, with what to do, a checkpoint whose tensors do not fit this model (e.g. other classes); keep
