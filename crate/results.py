@@ -61,12 +61,13 @@ COLUMNS = ("model", "img_size", "top1", "top1_err", "top5", "top5_err", "param_c
 def shipped_tags(classifiers: bool = True) -> list[str]:
     """The zoo's pretrained tags whose weights file lies on this machine (the package's ``checkpoints/``): the
     classifiers, or with ``classifiers=False`` the encoders (no classifier)."""
-    tags = []
-    for tag in timm.list_pretrained():
-        cfg = timm.models.get_pretrained_cfg(tag)
-        if in_zoo(tag) and cfg.file and Path(cfg.file).is_file() and _is_encoder(tag) != classifiers:
-            tags.append(tag)
-    return sorted(tags)
+    return sorted(tag for tag in timm.list_pretrained() if _is_shipped(tag) and _is_encoder(tag) != classifiers)
+
+
+def _is_shipped(tag: str) -> bool:
+    """A tag of the zoo whose weights file lies on this machine (and records the data its run held out)."""
+    cfg = timm.models.get_pretrained_cfg(tag)
+    return in_zoo(tag) and cfg is not None and bool(cfg.file) and Path(cfg.file).is_file()
 
 
 def _is_encoder(tag: str) -> bool:
@@ -217,6 +218,13 @@ def main(argv: list[str] | None = None) -> None:
             check_model_name(tag, pretrained=True, files_too=False)
         except ValueError as err:
             parser.exit(2, f"crate-results: error: {tag}: {str(err).splitlines()[0]}\n")
+    others = [tag for tag in tags if not _is_shipped(tag)]
+    if others:  # timm's own tags and the hub's CRATE-alpha files record no run whose held-out images score them
+        parser.exit(
+            2,
+            f"crate-results: error: {', '.join(others)}: not one of the zoo's shipped tags (crate.results scores a tag "
+            "on the held-out data its file records); score other weights with train.py validate or crate.interpret\n",
+        )
     encoders = [tag for tag in tags if _is_encoder(tag)]
     if encoders:
         parser.exit(

@@ -101,13 +101,28 @@ def test_a_misspelt_tag_among_good_ones_is_refused_before_any_is_scored(tmp_path
     assert exit_info.value.code == 2 and err.startswith("crate-results: error: crate_nano_patch4_32.digit: ")
 
 
-def test_a_tag_that_cannot_be_evaluated_here_is_refused(tmp_path: Path, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("tag", ["crate_alpha_base_patch16_224.in21k_ft_in1k", "resnet18.a1_in1k"])
+def test_a_tag_the_zoo_does_not_ship_is_refused_before_any_download(
+    tmp_path: Path, capsys, monkeypatch, tag: str
+) -> None:
+    """The authors' CRATE-alpha file on the hub, or timm's own ImageNet tag, was downloaded (a network error
+    offline) and then had no held-out data of a run to be scored on: refused up front, naming what scores it."""
     from hub_cache import serve_offline
 
+    import crate.results as results
+
     serve_offline(monkeypatch, tmp_path / "cache", "someone/else", {})  # offline, and the file not cached
+
+    def evaluate(tag: str, *args):
+        raise AssertionError(f"{tag} scored")
+
+    monkeypatch.setattr(results, "evaluate_tag", evaluate)
     with pytest.raises(SystemExit) as exit_info:
-        main(["--out-dir", str(tmp_path), "--tags", "crate_alpha_base_patch16_224.in21k_ft_in1k"])
-    assert exit_info.value.code == 2 and "not in the local hub cache" in capsys.readouterr().err
+        main(["--out-dir", str(tmp_path), "--tags", "crate_nano_patch4_32.digits", tag])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"crate-results: error: {tag}: not one of the zoo's shipped tags")
+    assert "train.py validate or crate.interpret" in err
     assert not list(tmp_path.glob("results-*.csv"))
 
 
