@@ -811,7 +811,7 @@ def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch
     }
     assert "val/acc" in lines["epoch 1"] and "val/" not in lines["epoch 2"] and "val/" not in lines["epoch 0"]
     validated = re.search(r"epoch 1 .*val/acc (\d\.\d{4})", lines["epoch 1"]).group(1)
-    assert f"val/acc          last {validated} at epoch 1, best {validated} at epoch 1" in caplog.text
+    assert f"val/acc          last {validated} at epoch 1, step 4 of 6, best {validated} at epoch 1" in caplog.text
 
 
 def test_a_batch_limit_the_data_cannot_meet_is_one_line_and_leaves_no_run(tmp_path: Path) -> None:

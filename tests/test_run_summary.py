@@ -144,6 +144,31 @@ def test_a_fit_stopped_inside_an_epoch_says_how_much_of_it_trained(
     assert (record.epochs_trained, record.batches_into_epoch) == divmod(max_steps, 2)
 
 
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"limit_train_batches": 3, "val_check_interval": 2, "max_epochs": 2}, "at epoch 1, step 5 of 6"),
+        ({"max_epochs": 10, "max_steps": 5}, "at epoch 1, step 4 of 5"),
+    ],
+    ids=["validated-before-the-epoch-s-last-batch", "stopped-inside-an-epoch"],
+)
+def test_a_fit_that_trained_on_after_its_last_validation_says_which_step_its_figure_is_of(
+    tmp_path: Path, caplog, settings: dict, said: str
+) -> None:
+    """With --trainer.val_check_interval 2 of an epoch's 3 batches Lightning validates after its second batch
+    only, so the last batch of each epoch trains after the last validation (on digits, 0.5 of 23 batches: step
+    68 of 69); a max_steps inside an epoch stops with no validation. "last" val/acc is of earlier weights than the
+    last checkpoint's: the summary says at which step, and the figure is the last one the logger wrote."""
+    trainer, _ = _trainer(tmp_path, enable_progress_bar=False, **settings)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32), DigitsDataModule(batch_size=8))
+    with (Path(trainer.log_dir) / "metrics.csv").open() as handle:
+        logged = [row for row in csv.DictReader(handle) if row.get("val/acc")]
+    step = int(said.split("step ")[1].split(" of")[0])
+    assert int(logged[-1]["step"]) == step - 1  # the logger's row of that validation (its step counts from 0)
+    assert f"val/acc          last {float(logged[-1]['val/acc']):.4f} {said}, best " in caplog.text
+
+
 def test_no_epoch_lines_where_a_progress_bar_shows(tmp_path: Path, caplog) -> None:
     trainer, _ = _trainer(tmp_path, enable_progress_bar=True)
     with caplog.at_level(logging.INFO):

@@ -212,6 +212,7 @@ class RunSummary(Callback):
         self._carried_s = 0.0  # wall seconds of the run before the checkpoint it resumed from
         self._trained = False  # whether this fit ran the training loop at all
         self._validated_epoch: int | None = None  # the epoch this fit last validated in
+        self._validated_step: int | None = None  # and the optimizer step it had reached then
 
     def _monitor(self, pl_module: L.LightningModule) -> tuple[str, str]:
         return getattr(pl_module, "checkpoint_monitor", ("val/acc", "max"))
@@ -220,7 +221,7 @@ class RunSummary(Callback):
         """A new fit starts with nothing carried; a resumed one gets its record back afterwards
         (``load_state_dict``: Lightning restores callbacks after ``setup`` and before ``on_fit_start``)."""
         if stage == "fit":
-            self._best, self._carried_s, self._validated_epoch = None, 0.0, None
+            self._best, self._carried_s, self._validated_epoch, self._validated_step = None, 0.0, None, None
 
     def _warn_if_untrained(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """An evaluation of the untrained model is said at its start: after Lightning has restored the checkpoint
@@ -289,7 +290,7 @@ class RunSummary(Callback):
         # checkpoint callbacks save this record: the value is this epoch's, as the best checkpoint's is
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        self._validated_epoch = trainer.current_epoch
+        self._validated_epoch, self._validated_step = trainer.current_epoch, trainer.global_step
         name, mode = self._monitor(pl_module)
         value = _number(trainer.callback_metrics.get(name))
         if value is not None and (
@@ -344,8 +345,14 @@ class RunSummary(Callback):
         last = _number(trainer.callback_metrics.get(name))
         if last is not None:
             best = f", best {self._best[0]:.4f} at epoch {self._best[1]}" if self._best is not None else ""
-            validated = self._validated_epoch
-            when = f" at epoch {validated}" if validated is not None and validated != trainer.current_epoch - 1 else ""
+            # the fit trained on after its last validation (check_val_every_n_epoch, a val_check_interval that
+            # does not end at the epoch's last batch, max_steps inside an epoch): the figure is of earlier weights
+            validated, step = self._validated_epoch, self._validated_step
+            when = (
+                f" at epoch {validated}, step {step:,} of {trainer.global_step:,}"
+                if step not in (None, trainer.global_step)
+                else ""
+            )
             lines.append(f"  {name:<16} last {last:.4f}{when}{best}{_partial_words(trainer, 'val')}")
         elif self._best is not None:  # no validation in this session: the best the checkpoint recorded
             lines.append(f"  {name:<16} best {self._best[0]:.4f} at epoch {self._best[1]} (recorded in the checkpoint)")
