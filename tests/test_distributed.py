@@ -174,3 +174,27 @@ def test_bf16_fit_trains_and_rates_stay_float64(tmp_path: Path) -> None:
     run = tmp_path / "crate_nano_digits" / "version_0"
     assert float(_rows(run, "val/acc")[-1]["val/acc"]) >= 0.5
     assert all(float(v) == float(v) for k, v in _rows(run, "rate/R/layer_0")[-1].items() if k.startswith("rate/"))
+
+
+def _rebuilt_average(rank: int, average: torch.nn.Module, weights: dict, generator_state: bytes) -> None:
+    """In the spawned process: the average arrived whole, its rounding generator in the state it left in."""
+    for name, tensor in average.state_dict().items():
+        torch.testing.assert_close(tensor, weights[name], rtol=0, atol=0)
+    assert bytes(average._sr_generator.get_state().numpy()) == generator_state
+
+
+def test_the_moving_average_reaches_a_spawned_process() -> None:
+    """Lightning's ddp_spawn pickles the module into new processes: timm's moving average holds a torch.Generator
+    (stochastic rounding), which torch cannot rebuild there, so the digits recipe (--model.ema_decay) lost a
+    process at start and ddp_spawn waited for it without end. The average arrives with its weights and generator."""
+    import torch.multiprocessing as mp
+
+    from crate.lit import ImageClassifier
+
+    module = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16, ema_decay=0.998)
+    average = module.model_ema
+    average._sr_generator.manual_seed(7)
+    torch.rand(3, generator=average._sr_generator)  # a state past its seed
+    state = bytes(average._sr_generator.get_state().numpy())
+    weights = {name: tensor.clone() for name, tensor in average.state_dict().items()}
+    mp.start_processes(_rebuilt_average, args=(average, weights, state), nprocs=1, start_method="spawn")
