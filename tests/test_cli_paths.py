@@ -790,6 +790,32 @@ def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
     assert again.trainer.num_training_batches == 1 and again.trainer.num_val_batches == [1]
 
 
+def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: Path, monkeypatch) -> None:
+    """With --trainer.logger false Lightning's root is the working directory: every run put its checkpoints in one
+    ./checkpoints folder (in this repository, the shipped weights') and its config.yaml beside it, and the second
+    run's last.ckpt replaced the first's. Each run keeps its own version folder under --log_root, as with loggers,
+    and a resume and a prediction find it there."""
+    from crate.lit import cli_main
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    root = tmp_path / "runs"
+    args = ["--config", DEFAULT, *QUIET, "--log_root", str(root), "--trainer.logger", "false"]
+    limits = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    cli_main(["fit", *args, *limits, "--trainer.max_epochs", "1"])
+    cli_main(["fit", *args, *limits, "--trainer.max_epochs", "2"])
+    assert not list(work.iterdir())  # nothing in the working directory
+    runs = root / "crate_nano_digits"
+    steps = [torch.load(runs / f"version_{n}/checkpoints/last.ckpt", weights_only=False)["global_step"] for n in (0, 1)]
+    assert steps == [2, 4] and all((runs / f"version_{n}/config.yaml").is_file() for n in (0, 1))
+    cli_main(["fit", *args, *limits, "--trainer.max_epochs", "3", "--ckpt_path", "last"])  # the newest run goes on
+    assert torch.load(runs / "version_1/checkpoints/last.ckpt", weights_only=False)["global_step"] == 6
+    cli_main(["predict", *args, "--ckpt_path", "last"])
+    assert (runs / "version_1/predict/predictions.csv").is_file() and not list(work.iterdir())
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
+
+
 def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch_s_figures(
     tmp_path: Path, caplog
 ) -> None:

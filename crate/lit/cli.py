@@ -293,7 +293,8 @@ class CrateCLI(LightningCLI):
             and trainer_config.get("max_steps", -1) == -1
         ):
             kwargs.setdefault("max_epochs", recipe.max_epochs)  # the folder's recipe, where nothing else was set
-        if trainer_config.get("logger") in (None, True) and "logger" not in kwargs:
+        logger = trainer_config.get("logger")
+        if logger in (None, True, False) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
             log_root, run_name = str(Path(config["log_root"])), config["run_name"]
             # validate, test and predict write into the run they evaluate, and so does a fit given that run's own
@@ -302,10 +303,18 @@ class CrateCLI(LightningCLI):
             log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
             # an evaluation of a run's checkpoint writes into a folder of its own in the run's folder
             evaluation = self.subcommand if version is not None and self.subcommand != "fit" else None
-            steps = self.resumed.record.get("global_step") if self.resumed is not None else None
-            resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
-            kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
-            CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
+            if logger is False:
+                # no loggers, but the run's checkpoints, config.yaml and predictions still go to its own folder:
+                # Lightning's default root, the working directory, put them all in one ./checkpoints folder
+                # (in this repository, the shipped weights'), where the next run replaced this one's last.ckpt
+                version = TensorBoardLogger(log_root, run_name).version if version is None else version
+                CrateCLI.run_dir = Path(log_root, run_name, f"version_{version}", evaluation or "")
+                kwargs["default_root_dir"] = str(CrateCLI.run_dir)
+            else:
+                steps = self.resumed.record.get("global_step") if self.resumed is not None else None
+                resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
+                kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
+                CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ModuleNotFoundError) as err:  # a setting needing a package not here
