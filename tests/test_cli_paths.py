@@ -816,6 +816,24 @@ def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: P
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
 
 
+def test_a_fit_with_checkpointing_off_trains_and_writes_no_checkpoint(tmp_path: Path, caplog) -> None:
+    """--trainer.enable_checkpointing false was refused as a setting that "cannot run here" (Lightning's refusal of
+    its switch beside the zoo's checkpoint callbacks): the fit trains, logs, and writes no checkpoint, and its
+    summary names none."""
+    from crate.lit import cli_main
+
+    limits = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    with caplog.at_level(logging.INFO):
+        cli = cli_main(
+            ["fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--trainer.enable_checkpointing", "false"]
+            + limits
+        )
+    assert cli.trainer.global_step == 4
+    run = tmp_path / "crate_nano_digits" / "version_0"
+    assert (run / "metrics.csv").is_file() and not list(tmp_path.rglob("*.ckpt"))
+    assert "val/acc          last" in caplog.text and "checkpoint  " not in caplog.text
+
+
 def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch_s_figures(
     tmp_path: Path, caplog
 ) -> None:

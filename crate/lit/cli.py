@@ -293,6 +293,13 @@ class CrateCLI(LightningCLI):
             and trainer_config.get("max_steps", -1) == -1
         ):
             kwargs.setdefault("max_epochs", recipe.max_epochs)  # the folder's recipe, where nothing else was set
+        if trainer_config.get("enable_checkpointing") is False:
+            # Lightning refuses its switch beside the zoo's two checkpoint callbacks (a "cannot run" line): they
+            # stay, and save nothing
+            kwargs["enable_checkpointing"] = True
+            sections = self.config_init[self.subcommand] if self.subcommand else self.config_init
+            for key in ("checkpoint", "latest_checkpoint"):
+                sections[key].save_top_k, sections[key].save_last = 0, False
         logger = trainer_config.get("logger")
         if logger in (None, True, False) and "logger" not in kwargs:
             config = self.config[self.subcommand] if self.subcommand else self.config
