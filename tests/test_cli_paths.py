@@ -816,6 +816,26 @@ def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: P
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
 
 
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (["--trainer.val_check_interval", "0"], "--trainer.val_check_interval 0: give a share of each epoch in (0, 1]"),
+        (["--trainer.limit_val_batches", "1.5"], "Lightning's Trainer refused the trainer settings (You have passed"),
+    ],
+    ids=["val-check-interval-0", "limit-above-1"],
+)
+def test_a_trainer_value_out_of_range_is_one_line_naming_it(tmp_path: Path, capsys, setting: list, said: str) -> None:
+    """--trainer.val_check_interval 0 was a ZeroDivisionError traceback at the first batch; a value Lightning's
+    Trainer refuses read as a setting that "cannot run here", as if the machine lacked something."""
+    from crate.lit import cli_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), *setting])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and err[-1].startswith(f"train.py: error: {said}")
+    assert not (tmp_path / "crate_nano_digits").exists()
+
+
 def test_a_fit_with_checkpointing_off_trains_and_writes_no_checkpoint(tmp_path: Path, caplog) -> None:
     """--trainer.enable_checkpointing false was refused as a setting that "cannot run here" (Lightning's refusal of
     its switch beside the zoo's checkpoint callbacks): the fit trains, logs, and writes no checkpoint, and its
@@ -883,7 +903,10 @@ def test_a_trainer_setting_that_needs_a_package_not_installed_is_one_line(tmp_pa
         "fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--trainer.precision", "transformer-engine"
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "train.py: error: the trainer settings cannot run here (Requirement 'transformer_engine" in proc.stderr
+    assert (
+        "train.py: error: Lightning's Trainer refused the trainer settings (Requirement 'transformer_engine"
+        in proc.stderr
+    )
     assert not (tmp_path / "crate_nano_digits").exists()
 
 

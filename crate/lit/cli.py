@@ -105,8 +105,8 @@ class CrateCLI(LightningCLI):
       corrupt or foreign file refused in one line) without letting the file's hyper-parameters replace the config's, and
       the data a run resumes on checked against the data it was trained on: a wrong model or data is refused,
       never swapped in;
-    - a constructor's refusal, a subcommand the module cannot serve and trainer settings this machine cannot run
-      (a GPU asked for on a CPU) as one-line errors instead of jsonargparse's union reports.
+    - a constructor's refusal, a subcommand the module cannot serve and trainer settings Lightning refuses (a value
+      out of range, a GPU asked for on a CPU) as one-line errors instead of jsonargparse's union reports.
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
@@ -322,14 +322,23 @@ class CrateCLI(LightningCLI):
                 resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
                 kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
                 CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
+        interval = trainer_config.get("val_check_interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval <= 0:
+            # Lightning takes 0 and fails at the first batch (ZeroDivisionError, integer modulo by zero)
+            raise ConfigError(
+                f"--trainer.val_check_interval {interval}: give a share of each epoch in (0, 1] or a number of "
+                "training batches >= 1"
+            )
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ModuleNotFoundError) as err:  # a setting needing a package not here
+        except (MisconfigurationException, ModuleNotFoundError) as err:  # an invalid value, a package not here
             accelerator = str(trainer_config.get("accelerator", "auto"))
             hint = ""
             if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
                 hint = " This machine has no GPU that PyTorch can use: train with --trainer.accelerator cpu (or auto)."
-            raise ConfigError(f"the trainer settings cannot run here ({str(err).rstrip('.!')}).{hint}") from err
+            raise ConfigError(
+                f"Lightning's Trainer refused the trainer settings ({str(err).rstrip('.!')}).{hint}"
+            ) from err
         if trainer.fast_dev_run:
             # a fast_dev_run writes no checkpoint, but ModelCheckpoint's save_last still writes last.ckpt when fit
             # ends, and with the logger off its folder is ./checkpoints (in this repository, the shipped weights')
