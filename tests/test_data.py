@@ -481,3 +481,37 @@ def test_files_of_a_type_that_is_not_read_are_left_out_with_a_word(tmp_path: Pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing left out: no word
         ImageFolderDataModule(str(clean), img_size=16, batch_size=2, num_workers=0).setup("fit")
+
+
+def test_overfit_batches_trains_on_the_first_batches_in_order_every_epoch() -> None:
+    """Lightning's --trainer.overfit_batches put a plain SequentialSampler under the zoo's loaders, which yields no
+    sample seeds: the fit stopped at once on a DataLoader error. It trains on the data's first batches, the same in
+    every epoch, and validates on the val split's first batches in order, with no sampler replaced."""
+    import lightning as L
+    from lightning.pytorch.callbacks import Callback
+
+    from crate.lit import ImageClassifier
+
+    class Labels(Callback):
+        def __init__(self) -> None:
+            self.train: dict[int, list[int]] = {}
+            self.val: dict[int, list[int]] = {}
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+            self.train.setdefault(trainer.current_epoch, []).extend(batch[1].tolist())
+
+        def on_validation_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0) -> None:
+            self.val.setdefault(trainer.current_epoch, []).extend(batch[1].tolist())
+
+    data, labels = DigitsDataModule(batch_size=8, img_size=16), Labels()
+    trainer = L.Trainer(
+        max_epochs=2, overfit_batches=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[labels],
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=16), data)
+    assert not [w for w in caught if "turning off" in str(w.message)]  # no loader had its sampler replaced
+    first = [int(data.train_set[i][1]) for i in range(16)]
+    assert labels.train == {0: first, 1: first}
+    assert labels.val == {e: [int(data.val_set[i][1]) for i in range(16)] for e in (0, 1)}

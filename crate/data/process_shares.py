@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, SequentialSampler
 
 from .padding import PADDING_LABEL
 
@@ -43,12 +43,13 @@ def share_positions(start: int, count: int) -> list[int]:
     return list(range(rank + start * world, rank + (start + count) * world, world))
 
 
-class EvaluationSampler(DistributedSampler):
+class EvaluationSampler(DistributedSampler, SequentialSampler):
     """This process's even share of the positions of a split of ``size`` samples, in order; positions from
     ``size`` on are padding (read by :class:`EvaluationShares`).
 
     A :class:`DistributedSampler` so that Lightning leaves it in place instead of putting its own under the
-    loader; it reads rank and world size when iterated, as the process group exists only then.
+    loader, and a :class:`SequentialSampler` so that its ``overfit_batches`` does too (it replaces a sampler it
+    cannot tell is in order); it reads rank and world size when iterated, as the process group exists only then.
     """
 
     def __init__(self, size: int) -> None:  # noqa: D107

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, SequentialSampler
 
 from .process_shares import rank_and_world
 
-__all__ = ["ResumableDataLoader", "ResumableSampler", "SeededTransformDataset"]
+__all__ = ["OrderedResumableSampler", "ResumableDataLoader", "ResumableSampler", "SeededTransformDataset"]
 
 
 class ResumableSampler(DistributedSampler):
@@ -93,6 +93,15 @@ def reseed(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+class OrderedResumableSampler(ResumableSampler, SequentialSampler):
+    """A :class:`ResumableSampler` in the data's order, which Lightning's ``overfit_batches`` takes as the
+    sequential sampler it asks for (it would otherwise put a plain one, which yields no sample seeds, in its
+    place)."""
+
+    def __init__(self, num_samples: int, seed: int = 0) -> None:  # noqa: D107
+        super().__init__(num_samples, seed=seed, shuffle=False)
+
+
 class SeededTransformDataset(Dataset):
     """``base[index]`` and then ``transform``, both under the sample's own seed (global random states
     restored after each batch), so random transforms inside ``base`` (torchvision datasets) are
@@ -138,7 +147,9 @@ class ResumableDataLoader(DataLoader):
         epoch_batches: Callable[[], float] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.resumable_sampler = ResumableSampler(len(dataset), seed=seed, shuffle=shuffle)
+        self.resumable_sampler = (
+            ResumableSampler(len(dataset), seed=seed) if shuffle else OrderedResumableSampler(len(dataset), seed=seed)
+        )
         # its own generator, so that making an iterator does not draw from the global random state
         kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
         super().__init__(dataset, batch_size=batch_size, sampler=self.resumable_sampler, **kwargs)

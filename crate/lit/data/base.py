@@ -166,6 +166,8 @@ class ImageDataModule(L.LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             seed=self.seed,
+            # Lightning's overfit_batches trains on the same first batches every epoch, in the data's order
+            shuffle=not (self.trainer is not None and self.trainer.overfit_batches > 0),
             batches_done=self._batches_done,
             epoch_batches=self._epoch_batches,
             num_workers=self.num_workers,
