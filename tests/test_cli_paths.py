@@ -821,12 +821,14 @@ def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: P
     [
         (["--trainer.val_check_interval", "0"], "--trainer.val_check_interval 0: give a share of each epoch in (0, 1]"),
         (["--trainer.limit_val_batches", "1.5"], "Lightning's Trainer refused the trainer settings (You have passed"),
+        (["--trainer.barebones", "true"], "--trainer.barebones true refuses the logging every step of the zoo's"),
     ],
-    ids=["val-check-interval-0", "limit-above-1"],
+    ids=["val-check-interval-0", "limit-above-1", "barebones"],
 )
 def test_a_trainer_value_out_of_range_is_one_line_naming_it(tmp_path: Path, capsys, setting: list, said: str) -> None:
     """--trainer.val_check_interval 0 was a ZeroDivisionError traceback at the first batch; a value Lightning's
-    Trainer refuses read as a setting that "cannot run here", as if the machine lacked something."""
+    Trainer refuses read as a setting that "cannot run here", as if the machine lacked something; barebones mode
+    was refused with the reprs of the run's loggers, and would refuse the module's logging at its first step."""
     from crate.lit import cli_main
 
     with pytest.raises(SystemExit) as exit_info:
