@@ -286,6 +286,19 @@ class CrateCLI(LightningCLI):
         for key, count in getattr(self, "batch_counts", {}).items():
             kwargs.setdefault(key, count)  # a whole number of batches, not the share 1.0 the parse made of it
         trainer_config = self._get(self.config_init, "trainer", default={})
+        if trainer_config.get("barebones"):
+            # Lightning refuses every self.log in barebones mode, and the module logs its loss at every step
+            raise ConfigError(
+                "--trainer.barebones true refuses the logging every step of the zoo's modules does; for a lean run "
+                "give --trainer.logger false --trainer.enable_checkpointing false --trainer.enable_progress_bar false"
+            )
+        interval = trainer_config.get("val_check_interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval <= 0:
+            # Lightning takes 0 and fails at the first batch (ZeroDivisionError, integer modulo by zero)
+            raise ConfigError(
+                f"--trainer.val_check_interval {interval}: give a share of each epoch in (0, 1] or a number of "
+                "training batches >= 1"
+            )
         recipe = getattr(self.datamodule, "recipe", None)
         if (
             recipe is not None
@@ -322,19 +335,6 @@ class CrateCLI(LightningCLI):
                 resumed_step = int(steps) if isinstance(steps, int) and version is not None else None
                 kwargs["logger"] = run_loggers(log_root, run_name, version, resumed_step, evaluation)
                 CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
-        if trainer_config.get("barebones"):
-            # Lightning refuses every self.log in barebones mode, and the module logs its loss at every step
-            raise ConfigError(
-                "--trainer.barebones true refuses the logging every step of the zoo's modules does; for a lean run "
-                "give --trainer.logger false --trainer.enable_checkpointing false --trainer.enable_progress_bar false"
-            )
-        interval = trainer_config.get("val_check_interval")
-        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval <= 0:
-            # Lightning takes 0 and fails at the first batch (ZeroDivisionError, integer modulo by zero)
-            raise ConfigError(
-                f"--trainer.val_check_interval {interval}: give a share of each epoch in (0, 1] or a number of "
-                "training batches >= 1"
-            )
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ModuleNotFoundError) as err:  # an invalid value, a package not here
