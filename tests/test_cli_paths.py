@@ -880,6 +880,27 @@ def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch
     assert f"val/acc          last {validated} at epoch 1, step 4 of 6, best {validated} at epoch 1" in caplog.text
 
 
+def test_a_callback_whose_package_is_missing_is_one_line_and_leaves_no_run(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Lightning's DeviceStatsMonitor on a CPU needs psutil, which it looks for when the fit sets it up: without it
+    the fit ended in a ModuleNotFoundError traceback. One line with Lightning's hint, exit status 2, no run left
+    (psutil is made to look missing here, whether or not this machine has it)."""
+    from lightning.pytorch.callbacks import device_stats_monitor
+
+    from crate.lit import cli_main
+
+    missing = type(device_stats_monitor._PSUTIL_AVAILABLE)("psutil-not-a-package")  # a requirement not met
+    monkeypatch.setattr(device_stats_monitor, "_PSUTIL_AVAILABLE", missing)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(
+            ["fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--trainer.callbacks+=DeviceStatsMonitor"]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and err[-1].startswith(
+        "train.py: error: `DeviceStatsMonitor` cannot log CPU stats"
+    )
+    assert not (tmp_path / "crate_nano_digits").exists()
+
+
 def test_a_batch_limit_the_data_cannot_meet_is_one_line_and_leaves_no_run(tmp_path: Path) -> None:
     """``--trainer.limit_train_batches 0.001`` of 23 batches is no batch: Lightning's MisconfigurationException
     was a traceback with exit status 1 and left an empty version folder."""

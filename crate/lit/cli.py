@@ -670,8 +670,16 @@ def cli_main(
             sections = {"model": model_class, "trainer": L.Trainer}
             sys.stderr.write(f"{program}: the accepted keys: {keys_help(problem, program, sections)}\n")
         raise SystemExit(2) from None
-    except (CheckpointError, FileNotFoundError, DataError, ConfigError, MisconfigurationException) as err:
-        # Lightning's MisconfigurationException: a trainer setting the data cannot meet (limit_train_batches 0.001)
+    except (
+        CheckpointError,
+        FileNotFoundError,
+        DataError,
+        ConfigError,
+        MisconfigurationException,
+        ModuleNotFoundError,
+    ) as err:
+        # Lightning's MisconfigurationException: a trainer setting the data cannot meet (limit_train_batches 0.001);
+        # ModuleNotFoundError: a callback's package missing, found when the fit sets it up (DeviceStatsMonitor)
         _remove_if_empty(CrateCLI.run_dir)
         if not run:
             raise
