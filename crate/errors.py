@@ -79,7 +79,11 @@ def parser_problem(message: str) -> str:
         elif inside and errors:
             errors[-1].append(line)
     kept = [" ".join(error) for error in errors if error != ["Expected a <class 'NoneType'>"]]
-    named = any("Got value" in error or "unrecognized arguments" in error for error in kept)
+    # a class path was given (--trainer.callbacks+=EarlyStopping): its own error says what to change, and the
+    # other alternatives ("Not a valid subclass of Callback", the forms a value may take) and the value are noise
+    chosen = [error for error in kept if error.startswith("Problem with given class_path")]
+    kept = chosen or kept
+    named = bool(chosen) or any("Got value" in error or "unrecognized arguments" in error for error in kept)
     shown = given and not named and "NestedArg(" not in given  # a NestedArg repeats the option the line names
     return " ".join([lines[0], "; ".join(kept) or lines[1]] + ([given] if shown else []))
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from crate.errors import keys_help, one_line
 from crate.lit.data.base import DataError
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class _Unreadable(Dataset):
@@ -61,3 +65,20 @@ def test_a_key_one_typo_away_from_one_its_class_takes_is_named() -> None:
     )
     assert keys_help("unrecognized arguments: --model.zzzz 1", "train.py", sections).endswith("--print_config)")
     assert keys_help("unrecognized arguments: --model.lrr 1", "train.py").endswith("--print_config)")  # no classes
+
+
+def test_a_lightning_callback_missing_a_required_argument_is_named_without_the_union_report(capsys) -> None:
+    """--trainer.callbacks+=EarlyStopping without its monitor: jsonargparse's union report put the other
+    alternatives (the forms a callback may be given in) and the whole parsed value after the one error that says
+    what to change."""
+    from crate.lit import cli_main
+
+    with pytest.raises(SystemExit):
+        cli_main(
+            ["fit", "--config", str(REPO / "configs" / "crate_nano_digits.yaml"), "--trainer.callbacks+=EarlyStopping"]
+        )
+    error = capsys.readouterr().err.splitlines()[0]
+    assert error == (
+        'train.py: error: Parser key "trainer.callbacks": Problem with given class_path '
+        "'lightning.pytorch.callbacks.EarlyStopping': the following arguments are required: monitor"
+    )
