@@ -190,7 +190,9 @@ def test_the_first_epoch_after_a_mid_epoch_resume_is_timed_from_the_resume(caplo
     from types import SimpleNamespace
 
     summary = RunSummary()
-    trainer = SimpleNamespace(progress_bar_callback=None, callback_metrics={}, current_epoch=4, max_epochs=30)
+    trainer = SimpleNamespace(
+        callbacks=[], progress_bar_callback=None, callback_metrics={}, current_epoch=4, max_epochs=30
+    )
     module = SimpleNamespace(checkpoint_monitor=("val/acc", "max"))
     summary.on_fit_start(trainer, module)
     with caplog.at_level(logging.INFO):
@@ -525,3 +527,25 @@ def test_a_fit_ended_by_its_time_limit_says_so_and_how_far_its_schedule_went(tmp
             ]
         else:
             assert trainer.global_step == 4 and not said
+
+
+def test_a_monitor_whose_mode_reverses_its_metric_is_said_before_the_first_step() -> None:
+    """Lightning's EarlyStopping and ModelCheckpoint default to mode "min": on val/acc the digits run stopped after 4
+    of 8 epochs as "not improving" while its accuracy rose from 0.22 to 0.92. Said for an accuracy under "min" and a
+    loss under "max", and not for the modes that fit them or a metric of no known direction."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from crate.lit.run_summary import _warn_of_reversed_monitors
+
+    reversed_ = [EarlyStopping(monitor="val/acc"), ModelCheckpoint(monitor="val/loss", mode="max")]
+    fitting = [EarlyStopping(monitor="val/acc", mode="max"), ModelCheckpoint(monitor="val/loss"), EarlyStopping("x")]
+    with pytest.warns(UserWarning) as caught:
+        _warn_of_reversed_monitors(L.Trainer(callbacks=reversed_ + fitting, logger=False))
+    said = [str(w.message) for w in caught if "monitors" in str(w.message)]
+    assert said == [
+        "EarlyStopping monitors val/acc with mode 'min', which takes a higher val/acc for no improvement, though "
+        "higher is better: it would stop a run that is still learning; give it mode 'max' (--trainer.callbacks.mode "
+        "max)",
+        "ModelCheckpoint monitors val/loss with mode 'max', which takes a lower val/loss for no improvement, though "
+        "lower is better: it would keep the worst checkpoints; give it mode 'min' (--trainer.callbacks.mode min)",
+    ]

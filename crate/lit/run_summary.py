@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, Timer
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint, Timer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from crate.models import names_weights_tag
@@ -172,6 +172,29 @@ def _test_split_note(trainer: L.Trainer, name: str) -> list[str]:
     ]
 
 
+def _warn_of_reversed_monitors(trainer: L.Trainer) -> None:
+    """An EarlyStopping or ModelCheckpoint watching an accuracy with Lightning's default ``mode`` "min" (or a loss
+    with "max") takes the metric's improvement for its getting worse: it stops a run that is still learning, or
+    keeps its worst checkpoint. Said before the first step, with the mode to give."""
+    for callback in trainer.callbacks:
+        if not isinstance(callback, EarlyStopping | ModelCheckpoint) or not callback.monitor:
+            continue
+        metric = callback.monitor.split("/")[-1]
+        better = "max" if metric.endswith("acc") else "min" if metric.endswith("loss") else None
+        if better is not None and callback.mode != better:
+            higher = "higher" if better == "max" else "lower"
+            would = (
+                "stop a run that is still learning"
+                if isinstance(callback, EarlyStopping)
+                else "keep the worst checkpoints"
+            )
+            rank_zero_warn(
+                f"{type(callback).__name__} monitors {callback.monitor} with mode '{callback.mode}', which takes a "
+                f"{higher} {callback.monitor} for no improvement, though {higher} is better: it would {would}; give "
+                f"it mode '{better}' (--trainer.callbacks.mode {better})"
+            )
+
+
 def _relative(path: str | Path | None) -> str:
     if not path:
         return "none"
@@ -250,6 +273,7 @@ class RunSummary(Callback):
         self._warn_if_untrained(trainer, pl_module)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _warn_of_reversed_monitors(trainer)
         self._fit_start = time.perf_counter()
         self._epoch_start = self._fit_start  # a run resumed mid-epoch starts its first epoch without the hook
         self._trained = False
