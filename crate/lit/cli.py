@@ -55,6 +55,13 @@ __all__ = ["CrateCLI", "cli_main", "run_loggers"]
 
 
 LOG_ROOT = "logs"  # the folder of the runs when neither --log_root nor --trainer.default_root_dir is given
+# trainer settings Lightning takes at 0 and then divides by at the first batch (a ZeroDivisionError traceback)
+POSITIVE_TRAINER_SETTINGS = {
+    "val_check_interval": "a share of each epoch in (0, 1] or a number of training batches >= 1",
+    "check_val_every_n_epoch": "a number of epochs >= 1 (or null: validate every val_check_interval batches)",
+    "log_every_n_steps": "a number of steps >= 1 (--trainer.logger false logs nothing)",
+    "accumulate_grad_batches": "a number of batches >= 1",
+}
 SIGTERM_EXIT = 128 + 15  # the shell's status for a process ended by SIGTERM
 SIGINT_EXIT = 128 + 2  # and by Ctrl-C (SIGINT)
 
@@ -292,13 +299,10 @@ class CrateCLI(LightningCLI):
                 "--trainer.barebones true refuses the logging every step of the zoo's modules does; for a lean run "
                 "give --trainer.logger false --trainer.enable_checkpointing false --trainer.enable_progress_bar false"
             )
-        interval = trainer_config.get("val_check_interval")
-        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval <= 0:
-            # Lightning takes 0 and fails at the first batch (ZeroDivisionError, integer modulo by zero)
-            raise ConfigError(
-                f"--trainer.val_check_interval {interval}: give a share of each epoch in (0, 1] or a number of "
-                "training batches >= 1"
-            )
+        for key, takes in POSITIVE_TRAINER_SETTINGS.items():
+            value = trainer_config.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+                raise ConfigError(f"--trainer.{key} {value}: give {takes}")
         recipe = getattr(self.datamodule, "recipe", None)
         if (
             recipe is not None
