@@ -824,15 +824,27 @@ def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: P
         (["--trainer.log_every_n_steps", "0"], "--trainer.log_every_n_steps 0: give a number of steps >= 1"),
         (["--trainer.accumulate_grad_batches", "0"], "--trainer.accumulate_grad_batches 0: give a number of batches"),
         (["--trainer.limit_val_batches", "1.5"], "Lightning's Trainer refused the trainer settings (You have passed"),
+        (
+            ["--trainer.accelerator", "cpu", "--trainer.devices", "-1"],
+            "Lightning's Trainer refused the trainer settings (`de",
+        ),
         (["--trainer.barebones", "true"], "--trainer.barebones true refuses the logging every step of the zoo's"),
     ],
-    ids=["val-check-interval-0", "check-val-every-0", "log-every-0", "accumulate-0", "limit-above-1", "barebones"],
+    ids=[
+        "val-check-interval-0",
+        "check-val-every-0",
+        "log-every-0",
+        "accumulate-0",
+        "limit-above-1",
+        "cpu-devices-1",
+        "barebones",
+    ],
 )
 def test_a_trainer_value_out_of_range_is_one_line_naming_it(tmp_path: Path, capsys, setting: list, said: str) -> None:
     """--trainer.val_check_interval 0 (and check_val_every_n_epoch, log_every_n_steps, accumulate_grad_batches 0)
     was a ZeroDivisionError traceback at the first batch; a value Lightning's Trainer refuses read as a setting
-    that "cannot run here", as if the machine lacked something; barebones mode was refused with the reprs of the
-    run's loggers, and would refuse the module's logging at its first step."""
+    that "cannot run here", as if the machine lacked something (devices -1 on the CPU was a TypeError traceback);
+    barebones mode was refused with the reprs of the run's loggers, and would refuse the module's logging."""
     from crate.lit import cli_main
 
     with pytest.raises(SystemExit) as exit_info:

@@ -341,7 +341,7 @@ class CrateCLI(LightningCLI):
                 CrateCLI.run_dir = Path(kwargs["logger"][0].log_dir)
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ModuleNotFoundError) as err:  # an invalid value, a package not here
+        except (MisconfigurationException, ModuleNotFoundError, TypeError) as err:  # a value refused, a package missing
             accelerator = str(trainer_config.get("accelerator", "auto"))
             hint = ""
             if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
