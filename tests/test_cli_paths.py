@@ -323,6 +323,21 @@ def test_predict_writes_a_readable_file(tmp_path: Path, vit_run: Path) -> None:
         assert f"wrote 360 predictions to {out}" in re.split(r"[\r\n]", proc.stdout), proc.stdout[-500:]
 
 
+def test_predictions_of_part_of_the_split_say_how_much(tmp_path: Path, capsys) -> None:
+    """--trainer.limit_predict_batches 2 wrote 128 of the 360 validation images' predictions, said as "wrote 128
+    predictions" alone: the line says of how many, and which setting kept the rest out."""
+    from crate.lit import cli_main
+
+    args = ["--config", DEFAULT, *QUIET, "--log_root", str(tmp_path)]
+    cli_main(["fit", *args, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1"])
+    cli_main(["predict", *args, "--ckpt_path", "last", "--trainer.limit_predict_batches", "2"])
+    out = tmp_path / "crate_nano_digits" / "version_0" / "predict" / "predictions.csv"
+    with out.open() as handle:
+        assert len(list(csv.DictReader(handle))) == 128  # 2 batches of 64
+    said = f"wrote 128 predictions to {out} (128 of its 360 images: --trainer.limit_predict_batches)"
+    assert said in capsys.readouterr().out.splitlines()
+
+
 @pytest.mark.parametrize("signum, said", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
 def test_a_signal_exits_with_the_shells_status_for_it_after_its_checkpoint(tmp_path: Path, signum, said) -> None:
     """SIGTERM exits 143 and Ctrl-C (SIGINT) 130, as a shell reports a process those signals ended, so a script

@@ -68,7 +68,9 @@ class PredictionWriter(BasePredictionWriter):
                 )
         bar = trainer.progress_bar_callback  # a bar prints it on a line of its own, not after the bar's last state
         said = bar.print if bar is not None and bar.is_enabled else print
-        said(f"wrote {len(indices)} predictions to {self.path}")
+        part = len(indices) < len(dataset)  # --trainer.limit_predict_batches, fast_dev_run: part of the split
+        of = f" ({len(indices):,} of its {len(dataset):,} images: --trainer.limit_predict_batches)" if part else ""
+        said(f"wrote {len(indices)} predictions to {self.path}{of}")
 
 
 def default_file(datamodule: Any) -> str:
