@@ -869,6 +869,29 @@ def test_a_trainer_value_out_of_range_is_one_line_naming_it(tmp_path: Path, caps
     assert not (tmp_path / "crate_nano_digits").exists()
 
 
+@pytest.mark.parametrize("logger", ["true", "false"])
+def test_runs_started_together_each_get_a_version_folder_of_their_own(tmp_path: Path, monkeypatch, logger: str) -> None:
+    """Two fits started at once (a sweep launched with &) both took version_0: Lightning's loggers pick the next
+    free number and make its folder only when they first write, so the runs wrote over each other's checkpoints,
+    metrics and config.yaml. Each run claims its folder as it is built: the second, built before the first has
+    written anything, gets version_1."""
+    from crate.lit import CrateCLI, cli_main
+
+    args = ["--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), "--trainer.logger", logger]
+    folders = []
+    for _ in range(2):
+        cli_main(args, run=False)  # built, not yet trained: nothing written
+        folders.append(CrateCLI.run_dir)
+    runs = tmp_path / "crate_nano_digits"
+    assert folders == [runs / "version_0", runs / "version_1"] and all(folder.is_dir() for folder in folders)
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from crate.lit.cli import claim_version
+
+    monkeypatch.setattr(rank_zero_only, "rank", 1)  # another process of a distributed run: it writes into rank 0's
+    assert claim_version(str(tmp_path), "crate_nano_digits") == 2 and not (runs / "version_2").exists()
+
+
 def test_a_fit_with_checkpointing_off_trains_and_writes_no_checkpoint(tmp_path: Path, caplog) -> None:
     """--trainer.enable_checkpointing false was refused as a setting that "cannot run here" (Lightning's refusal of
     its switch beside the zoo's checkpoint callbacks): the fit trains, logs, and writes no checkpoint, and its

@@ -75,3 +75,24 @@ def test_the_logger_sets_rows_aside_only_for_a_resume(tmp_path: Path) -> None:
     kept = _read(folder / "metrics.csv")
     assert kept[:3] == _rows(5, 3, "a")[:3] and kept[3] == {"epoch": "1", "step": "9", "val/acc": "0.5"}
     assert len(kept) == 4 and len(_read(folder / SUPERSEDED_FILE)) == 7  # the evaluation's row too
+
+
+def test_only_rank_zero_makes_the_folder_and_sets_rows_aside(tmp_path: Path, monkeypatch) -> None:
+    """The logger's writer made its version folder (and on a resume moved metrics.csv's rows) in every process of
+    a distributed run: the other ranks wrote into the folder rank zero wrote into, or made an empty one beside it.
+    As Lightning's own CSVLogger, only rank zero does."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    run = tmp_path / "run" / "version_0"
+    run.mkdir(parents=True)
+    rows = [{"epoch": "0", "step": "9", "val/acc": "0.5"}, {"epoch": "1", "step": "19", "val/acc": "0.6"}]
+    with (run / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    before = (run / "metrics.csv").read_text()
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    ContinuingCSVLogger(tmp_path, name="run", version=0, resumed_step=10).experiment  # noqa: B018
+    ContinuingCSVLogger(tmp_path, name="run", version=1).experiment  # noqa: B018
+    assert (run / "metrics.csv").read_text() == before and not (run / SUPERSEDED_FILE).exists()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["version_0"]

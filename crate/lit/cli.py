@@ -19,7 +19,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from timm.layers import to_2tuple
 
@@ -93,6 +93,22 @@ def run_loggers(
     folder = f"version_{tensorboard.version}" + (f"/{evaluation}" if evaluation else "")
     csv = ContinuingCSVLogger(save_dir=log_root, name=run_name, version=folder, resumed_step=resumed_step)
     return [tensorboard, csv]
+
+
+def claim_version(log_root: str, run_name: str) -> int:
+    """The number of a new version of the run, its folder made at once, so that runs started together each get a
+    folder of their own: Lightning's loggers take the next free number and make its folder only when they first
+    write, so two fits started at once both took ``version_0`` and wrote over each other's checkpoints and logs.
+    Rank zero claims; the other processes of a distributed run write into rank zero's folder and claim none."""
+    version = TensorBoardLogger(log_root, run_name).version
+    if rank_zero_only.rank != 0:
+        return version
+    while True:
+        try:
+            Path(log_root, run_name, f"version_{version}").mkdir(parents=True, exist_ok=False)
+            return version
+        except FileExistsError:  # another run took it since
+            version += 1
 
 
 class CrateCLI(LightningCLI):
@@ -327,6 +343,8 @@ class CrateCLI(LightningCLI):
             log_root, run_name, version = run_location(config.get("ckpt_path"), log_root, run_name, anywhere)
             # an evaluation of a run's checkpoint writes into a folder of its own in the run's folder
             evaluation = self.subcommand if version is not None and self.subcommand != "fit" else None
+            if version is None and not trainer_config.get("fast_dev_run"):  # a fast_dev_run writes nothing
+                version = claim_version(log_root, run_name)
             if logger is False:
                 # no loggers, but the run's checkpoints, config.yaml and predictions still go to its own folder:
                 # Lightning's default root, the working directory, put them all in one ./checkpoints folder

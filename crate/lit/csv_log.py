@@ -20,6 +20,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
 __all__ = ["SUPERSEDED_FILE", "ContinuingCSVLogger", "set_aside_rows_after"]
@@ -88,6 +89,7 @@ class ContinuingCSVLogger(CSVLogger):
         self.resumed_step = resumed_step
 
     @property
+    @rank_zero_experiment  # as Lightning's own: the other processes of a distributed run write nothing
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
