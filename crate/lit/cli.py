@@ -104,11 +104,15 @@ def claim_version(log_root: str, run_name: str) -> int:
     if rank_zero_only.rank != 0:
         return version
     while True:
+        folder = Path(log_root, run_name, f"version_{version}")
+        made = next(p for p in (*reversed(folder.parents), folder) if not p.exists())  # the first folder made
         try:
-            Path(log_root, run_name, f"version_{version}").mkdir(parents=True, exist_ok=False)
-            return version
+            folder.mkdir(parents=True, exist_ok=False)
         except FileExistsError:  # another run took it since
             version += 1
+            continue
+        CrateCLI.made_dir = made  # a failure before anything is written removes what was made, and no more
+        return version
 
 
 class CrateCLI(LightningCLI):
@@ -133,6 +137,7 @@ class CrateCLI(LightningCLI):
     """
 
     run_dir: Path | None = None  # the version folder of the run being built (for cleanup after a failure)
+    made_dir: Path | None = None  # the first folder this command made for it (log_root, the run's, or the version)
     input_note = ""  # why a folder run's input size or channels are not the folder's (start_as_trained)
     held_checkpoint: Checkpoint | None = None  # what --ckpt_path holds, read once
     progress_bar = False  # whether the run shows a progress bar (an error then starts on a line of its own)
@@ -643,8 +648,13 @@ def _remove_if_empty(run_dir: Path | None) -> None:
     ]
     if not results:  # only the config, hparams and an events file header
         shutil.rmtree(run_dir, ignore_errors=True)
-        if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
-            run_dir.parent.rmdir()
+        made, folder = CrateCLI.made_dir, run_dir.parent
+        # the run's folder where it holds nothing else, and any folder above it this command made
+        while folder.is_dir() and not any(folder.iterdir()):
+            if folder != run_dir.parent and (made is None or not (folder == made or made in folder.parents)):
+                break
+            folder.rmdir()
+            folder = folder.parent
 
 
 def cli_main(
@@ -656,7 +666,7 @@ def cli_main(
     what the user gave (a missing, corrupt or foreign checkpoint, a missing dataset, an unreadable dataset
     file) print one line and exit with status 2; a run that failed before writing anything leaves no empty
     version folder."""
-    CrateCLI.run_dir, CrateCLI.progress_bar = None, False
+    CrateCLI.run_dir, CrateCLI.made_dir, CrateCLI.progress_bar = None, None, False
     quiet_known_noise()
     program = "pretrain.py" if model_class is not ImageClassifier else "train.py"
     try:

@@ -35,6 +35,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,10 @@ def _max_time(seconds: float) -> str:
 def start_weights_and_images(args: list[str]) -> tuple[torch.nn.Module, torch.Tensor]:
     """The initialisation a run started from (its config and seed built here, on the CPU, nothing trained) and
     the probe images: :data:`PROBE_IMAGES` of the validation split in the seeded mixed order."""
-    cli = cli_main([*args, "--trainer.accelerator", "cpu", "--model.compile", "false"], run=False)
+    with tempfile.TemporaryDirectory() as log_root:  # built, never trained: its version folder is thrown away
+        cli = cli_main(
+            [*args, "--trainer.accelerator", "cpu", "--model.compile", "false", "--log_root", log_root], run=False
+        )
     cli.datamodule.transforms_from(cli.model.model)  # normalised as in the run, which reads the model's data config
     cli.datamodule.setup("validate")
     images = torch.stack(
