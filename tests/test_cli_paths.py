@@ -889,7 +889,7 @@ def test_runs_started_together_each_get_a_version_folder_of_their_own(tmp_path: 
     from crate.lit.cli import claim_version
 
     monkeypatch.setattr(rank_zero_only, "rank", 1)  # another process of a distributed run: it writes into rank 0's
-    assert claim_version(str(tmp_path), "crate_nano_digits") == 2 and not (runs / "version_2").exists()
+    assert claim_version(str(tmp_path), "crate_nano_digits") == (2, None) and not (runs / "version_2").exists()
 
 
 def test_a_fit_with_checkpointing_off_trains_and_writes_no_checkpoint(tmp_path: Path, caplog) -> None:

@@ -95,24 +95,23 @@ def run_loggers(
     return [tensorboard, csv]
 
 
-def claim_version(log_root: str, run_name: str) -> int:
+def claim_version(log_root: str, run_name: str) -> tuple[int, Path | None]:
     """The number of a new version of the run, its folder made at once, so that runs started together each get a
     folder of their own: Lightning's loggers take the next free number and make its folder only when they first
     write, so two fits started at once both took ``version_0`` and wrote over each other's checkpoints and logs.
-    Rank zero claims; the other processes of a distributed run write into rank zero's folder and claim none."""
+    Also the first folder made (``log_root``, the run's or the version's), which a run refused before it writes
+    anything removes. Rank zero claims; the other processes of a distributed run write into its folder."""
     version = TensorBoardLogger(log_root, run_name).version
     if rank_zero_only.rank != 0:
-        return version
+        return version, None
     while True:
         folder = Path(log_root, run_name, f"version_{version}")
-        made = next(p for p in (*reversed(folder.parents), folder) if not p.exists())  # the first folder made
+        made = next(p for p in (*reversed(folder.parents), folder) if not p.exists())
         try:
             folder.mkdir(parents=True, exist_ok=False)
+            return version, made
         except FileExistsError:  # another run took it since
             version += 1
-            continue
-        CrateCLI.made_dir = made  # a failure before anything is written removes what was made, and no more
-        return version
 
 
 class CrateCLI(LightningCLI):
@@ -349,7 +348,7 @@ class CrateCLI(LightningCLI):
             # an evaluation of a run's checkpoint writes into a folder of its own in the run's folder
             evaluation = self.subcommand if version is not None and self.subcommand != "fit" else None
             if version is None and not trainer_config.get("fast_dev_run"):  # a fast_dev_run writes nothing
-                version = claim_version(log_root, run_name)
+                version, CrateCLI.made_dir = claim_version(log_root, run_name)
             if logger is False:
                 # no loggers, but the run's checkpoints, config.yaml and predictions still go to its own folder:
                 # Lightning's default root, the working directory, put them all in one ./checkpoints folder
@@ -648,13 +647,15 @@ def _remove_if_empty(run_dir: Path | None) -> None:
     ]
     if not results:  # only the config, hparams and an events file header
         shutil.rmtree(run_dir, ignore_errors=True)
-        made, folder = CrateCLI.made_dir, run_dir.parent
-        # the run's folder where it holds nothing else, and any folder above it this command made
-        while folder.is_dir() and not any(folder.iterdir()):
-            if folder != run_dir.parent and (made is None or not (folder == made or made in folder.parents)):
+        made = CrateCLI.made_dir
+        # the run's folder where it holds nothing else, and the folders above it this command made (no others)
+        removable = [run_dir.parent] + [
+            p for p in run_dir.parent.parents if made is not None and made in (p, *p.parents)
+        ]
+        for folder in removable:
+            if not folder.is_dir() or any(folder.iterdir()):
                 break
             folder.rmdir()
-            folder = folder.parent
 
 
 def cli_main(
