@@ -908,6 +908,16 @@ def test_a_fit_with_checkpointing_off_trains_and_writes_no_checkpoint(tmp_path: 
     run = tmp_path / "crate_nano_digits" / "version_0"
     assert (run / "metrics.csv").is_file() and not list(tmp_path.rglob("*.ckpt"))
     assert "val/acc          last" in caplog.text and "checkpoint  " not in caplog.text
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from crate.lit.fault_tolerance import InterruptCheckpoint
+
+    # a SIGTERM or Ctrl-C now (the hook Lightning calls on either) wrote interrupted-*.ckpt and last.ckpt
+    interrupt = next(c for c in cli.trainer.callbacks if isinstance(c, InterruptCheckpoint))
+    with caplog.at_level(logging.INFO):
+        interrupt.on_exception(cli.trainer, cli.model, SIGTERMException())
+    assert not list(tmp_path.rglob("*.ckpt"))
+    assert "interrupted at step 4: no checkpoint written (checkpointing is off)" in caplog.text
 
 
 def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch_s_figures(

@@ -106,20 +106,22 @@ def test_a_config_given_to_another_program_names_the_command_that_takes_it(
     )
 
 
-@pytest.mark.parametrize("case", ["one class", "knn off"])
+@pytest.mark.parametrize("case", ["one class", "knn off", "checkpointing off"])
 def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(
     tmp_path: Path, caplog, capsys, monkeypatch, case: str
 ) -> None:
     """Unlabelled images lie in one class folder: SimDINO trains on them, keeps its latest state and says that it
     has no best checkpoint and why (it failed at its first validation, nothing saved). Its export is not scored;
-    the white-box report's probes refuse its data, naming the data rather than the sample size."""
+    the white-box report's probes refuse its data, naming the data rather than the sample size. With checkpointing
+    off it keeps no checkpoint and says so (it said it kept last.ckpt)."""
     from conftest import run_in_process, write_image_folder
 
     from crate.export import export_checkpoint
 
     classes = ("all",) if case == "one class" else ("a", "b")
     root = write_image_folder(tmp_path / "images", classes, 8, val_per_class=4, size=32, gray=False)
-    extra = ["--model.knn_bank", "0"] if case == "knn off" else []
+    extra = ["--model.knn_bank", "0"] if case != "one class" else []
+    extra += ["--trainer.enable_checkpointing", "false"] if case == "checkpointing off" else []
     with caplog.at_level(logging.INFO):
         proc = run_in_process(
             "--objective", "simdino", "fit", "--config", str(REPO / "configs/simdino/crate_nano_cifar10.yaml"),
@@ -129,9 +131,14 @@ def test_simdino_without_a_k_nn_keeps_its_latest_state_and_says_why(
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     why = "the data has 1 class" if case == "one class" else "--model.knn_bank 0 turns the k-NN evaluation off"
+    kept = "no checkpoint (checkpointing is off)" if case == "checkpointing off" else "its latest state (last.ckpt)"
     said = [record.getMessage() for record in caplog.records if "no best checkpoint" in record.getMessage()]
     assert len(said) == 1 and said[0].startswith(f"no val/knn_acc and no best checkpoint: {why}"), said
+    assert said[0].endswith(f"; the run keeps {kept}"), said
     checkpoints = tmp_path / "logs" / "simdino_crate_nano_cifar10" / "version_0" / "checkpoints"
+    if case == "checkpointing off":
+        assert not list(tmp_path.rglob("*.ckpt"))
+        return
     names = sorted(p.name for p in checkpoints.iterdir())  # the latest state of the last epoch, no best
     assert len(names) == 2 and names[0] == "last.ckpt" and names[1].startswith("latest-epoch001-"), names
     if case == "knn off":

@@ -40,7 +40,7 @@ from .csv_log import ContinuingCSVLogger
 from .data import ImageDataModule, ImageFolderDataModule
 from .data.folder import DataError, DataRootError
 from .epoch_figures import EpochFiguresOnResume
-from .fault_tolerance import InterruptCheckpoint, NonFiniteError, NonFiniteGuard
+from .fault_tolerance import InterruptCheckpoint, NonFiniteError, NonFiniteGuard, saves_checkpoints
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
 from .predictions import PredictionWriter
@@ -419,7 +419,8 @@ def drop_unscored_best(trainer: Trainer, module: L.LightningModule, subcommand: 
         return
     for callback in [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == metric]:
         trainer.callbacks.remove(callback)
-    rank_zero_info(f"no {metric} and no best checkpoint: {why}; the run keeps its latest state (last.ckpt)")
+    kept = "its latest state (last.ckpt)" if saves_checkpoints(trainer) else "no checkpoint (checkpointing is off)"
+    rank_zero_info(f"no {metric} and no best checkpoint: {why}; the run keeps {kept}")
 
 
 def keep_run_seed(config: Any, checkpoint_path: str | Path) -> None:

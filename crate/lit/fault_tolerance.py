@@ -14,17 +14,27 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-__all__ = ["InterruptCheckpoint", "NonFiniteError", "NonFiniteGuard", "checkpoint_dir"]
+__all__ = ["InterruptCheckpoint", "NonFiniteError", "NonFiniteGuard", "checkpoint_dir", "saves_checkpoints"]
 
 
 class NonFiniteError(FloatingPointError):
     """Training produced a NaN or infinite loss or weights."""
 
 
+def _saves(callback: Any) -> bool:
+    return isinstance(callback, ModelCheckpoint) and bool(callback.save_top_k != 0 or callback.save_last)
+
+
+def saves_checkpoints(trainer: L.Trainer) -> bool:
+    """Whether one of the run's ModelCheckpoint callbacks writes a file: none does with
+    ``--trainer.enable_checkpointing false`` (they keep no top-k file and no ``last.ckpt``)."""
+    return any(_saves(callback) for callback in trainer.checkpoint_callbacks)
+
+
 def checkpoint_dir(trainer: L.Trainer) -> Path | None:
-    """The folder the run's ModelCheckpoint callbacks write to."""
+    """The folder the run's ModelCheckpoint callbacks write to; None where none of them writes a file."""
     for callback in trainer.checkpoint_callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+        if _saves(callback) and callback.dirpath:
             return Path(callback.dirpath)
     return None
 
@@ -117,8 +127,11 @@ class InterruptCheckpoint(Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
             return
+        if trainer.global_step == 0 or trainer.fast_dev_run:  # fast_dev_run: no checkpoints
+            return
         folder = checkpoint_dir(trainer)
-        if folder is None or trainer.global_step == 0 or trainer.fast_dev_run:  # fast_dev_run: no checkpoints
+        if folder is None:  # the user turned checkpointing off: no file against their word
+            rank_zero_info(f"interrupted at step {trainer.global_step}: no checkpoint written (checkpointing is off)")
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"interrupted-epoch{trainer.current_epoch:03d}-step{trainer.global_step:06d}.ckpt"
