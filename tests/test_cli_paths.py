@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -805,11 +806,11 @@ def test_a_whole_number_of_batches_is_that_many_batches(tmp_path: Path) -> None:
     assert again.trainer.num_training_batches == 1 and again.trainer.num_val_batches == [1]
 
 
-def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: Path, monkeypatch) -> None:
+def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: Path, monkeypatch, caplog) -> None:
     """With --trainer.logger false Lightning's root is the working directory: every run put its checkpoints in one
     ./checkpoints folder (in this repository, the shipped weights') and its config.yaml beside it, and the second
     run's last.ckpt replaced the first's. Each run keeps its own version folder under --log_root, as with loggers,
-    and a resume and a prediction find it there."""
+    and a resume, a prediction and an evaluation find it there."""
     from crate.lit import cli_main
 
     work = tmp_path / "work"
@@ -829,6 +830,14 @@ def test_runs_without_a_logger_keep_their_files_in_their_own_folders(tmp_path: P
     cli_main(["predict", *args, "--ckpt_path", "last"])
     assert (runs / "version_1/predict/predictions.csv").is_file() and not list(work.iterdir())
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
+    # an evaluation looked for the run's checkpoint records in its own folder (Lightning warned "The dirpath has
+    # changed" and forgot them) and said "logged in" a folder where nothing was logged
+    with warnings.catch_warnings(record=True) as warned, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        cli_main(["validate", *args, *limits, "--ckpt_path", "best"])
+    assert not [w for w in warned if "dirpath has changed" in str(w.message)]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("val of ")]
+    assert len(said) == 1 and "best-epoch" in said[0] and "logged in" not in said[0], said
 
 
 @pytest.mark.parametrize(

@@ -330,11 +330,11 @@ class CrateCLI(LightningCLI):
             and trainer_config.get("max_steps", -1) == -1
         ):
             kwargs.setdefault("max_epochs", recipe.max_epochs)  # the folder's recipe, where nothing else was set
+        sections = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if trainer_config.get("enable_checkpointing") is False:
             # Lightning refuses its switch beside the zoo's two checkpoint callbacks (a "cannot run" line): they
             # stay, and save nothing
             kwargs["enable_checkpointing"] = True
-            sections = self.config_init[self.subcommand] if self.subcommand else self.config_init
             for key in ("checkpoint", "latest_checkpoint"):
                 sections[key].save_top_k, sections[key].save_last = 0, False
         logger = trainer_config.get("logger")
@@ -354,8 +354,14 @@ class CrateCLI(LightningCLI):
                 # Lightning's default root, the working directory, put them all in one ./checkpoints folder
                 # (in this repository, the shipped weights'), where the next run replaced this one's last.ckpt
                 version = TensorBoardLogger(log_root, run_name).version if version is None else version
-                CrateCLI.run_dir = Path(log_root, run_name, f"version_{version}", evaluation or "")
+                run = Path(log_root, run_name, f"version_{version}")
+                CrateCLI.run_dir = run / (evaluation or "")
                 kwargs["default_root_dir"] = str(CrateCLI.run_dir)
+                for key in ("checkpoint", "latest_checkpoint") if evaluation else ():
+                    # the run's own checkpoint folder, not one in the evaluation's folder: Lightning warned that
+                    # the folder had changed and did not restore the callbacks' records
+                    if sections[key].dirpath is None:
+                        sections[key].dirpath = str(run / "checkpoints")
             else:
                 steps = self.resumed.record.get("global_step") if self.resumed is not None else None
                 resumed_step = int(steps) if isinstance(steps, int) and version is not None else None

@@ -395,7 +395,7 @@ class RunSummary(Callback):
     def _evaluated(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
         shown = "  ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if v is not None) or "no metrics"
-        folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.log_dir else ""
+        folder = f"; logged in {_relative(trainer.log_dir)}" if trainer.loggers and trainer.log_dir else ""
         shown += _partial_words(trainer, stage) if metrics else ""
         note = _test_split_note(trainer, "val") if stage == "val" else []
         rank_zero_info("\n".join([f"{stage} of {_weights_evaluated(trainer, pl_module)}: {shown}{folder}", *note]))
