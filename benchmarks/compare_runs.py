@@ -17,6 +17,7 @@ import argparse
 import csv
 import statistics
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,14 +34,29 @@ def per_epoch(path: Path, column: str) -> dict[int, float]:
     return values
 
 
+def _val_limit(trainer: Any, data: dict[str, Any]) -> str:
+    """The part of the val split a run validated on, where ``--trainer.limit_val_batches`` cut it: a whole number
+    is that many batches (of the run's batch size), a fraction that share of its batches."""
+    limit = trainer.get("limit_val_batches") if isinstance(trainer, dict) else None
+    if limit is None or isinstance(limit, bool) or (isinstance(limit, float) and limit >= 1.0):
+        return ""
+    if isinstance(limit, int):
+        return f", the first {limit} val batches of {(data.get('init_args') or {}).get('batch_size', '?')} images"
+    return f", {limit:g} of the val batches"
+
+
 def validated_on(metrics_csv: Path) -> str | None:
     """The data a run validated on, as the run's ``config.yaml`` beside its ``metrics.csv`` gives it (the DataModule
-    and the settings that choose its images); None where no config lies beside it."""
+    and the settings that choose its images, and the part of the split ``--trainer.limit_val_batches`` kept);
+    None where no config lies beside it."""
     config = metrics_csv.with_name("config.yaml")
     if not config.is_file():
         return None
-    data = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data")
-    return describe_data(data) if isinstance(data, dict) and "class_path" in data else None
+    recorded = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    data = recorded.get("data")
+    if not isinstance(data, dict) or "class_path" not in data:
+        return None
+    return describe_data(data) + _val_limit(recorded.get("trainer"), data)
 
 
 def check_same_data(run: Path, reference: Path) -> None:

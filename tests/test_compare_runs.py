@@ -57,7 +57,8 @@ def test_compare_runs_refuses_a_file_without_validation_figures(tmp_path: Path) 
 
 def test_compare_runs_refuses_runs_that_validated_on_other_data(tmp_path: Path, capsys) -> None:
     """A run on a 10,000-image subset against one on the whole split: other validation images, so a lead says
-    nothing. Refused where the runs' config.yaml files name other data; the same data with another recipe passes."""
+    nothing. Refused where the runs' config.yaml files name other data, or one validated on part of the split; the
+    same data with another recipe passes."""
     from benchmarks.compare_runs import main
 
     def run(name: str, root: str, lr: float) -> Path:
@@ -77,3 +78,12 @@ def test_compare_runs_refuses_runs_that_validated_on_other_data(tmp_path: Path, 
     main([str(subset), str(whole), "--other-data"])
     main([str(subset), str(other_lr)])
     assert capsys.readouterr().out.count("epochs_ahead") == 2
+    # the same data, one run validated on part of it (--trainer.limit_val_batches): other images too
+    config_file = other_lr.parent / "config.yaml"
+    for limit, said in [(3, "the first 3 val batches of 64 images"), (0.25, "0.25 of the val batches")]:
+        config = yaml.safe_load(config_file.read_text())
+        config_file.write_text(yaml.safe_dump({**config, "trainer": {"limit_val_batches": limit}}))
+        with pytest.raises(SystemExit, match=rf"lr: .*root=data/cifar10_10k\), {said}; subset: "):
+            main([str(other_lr), str(subset)])
+    config_file.write_text(yaml.safe_dump({**config, "trainer": {"limit_val_batches": 1.0}}))
+    main([str(other_lr), str(subset)])  # 1.0: the whole split
