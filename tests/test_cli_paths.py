@@ -953,6 +953,33 @@ def test_epochs_without_validation_are_saved_and_not_shown_with_an_earlier_epoch
     assert f"val/acc          last {validated} at epoch 1, step 4 of 6, best {validated} at epoch 1" in caplog.text
 
 
+def test_a_fit_saving_every_n_steps_keeps_its_final_state_and_resumes_from_it_as_from_an_epoch_s_end(
+    tmp_path: Path,
+) -> None:
+    """With --latest_checkpoint.every_n_train_steps 5 and 7 steps, Lightning saved at step 5 only (one trigger: no
+    save at the epoch's end): last.ckpt held step 5, an export of it other weights than the run's, and a resume
+    trained steps 6 and 7 again. The final state is saved in place of step 5's file, and a resume from it ends
+    with the weights of the same run saved at its epoch's end, to the bit."""
+    from crate.lit import cli_main
+
+    def fit(root: Path, epochs: int, *extra: str) -> Path:
+        limits = ["--trainer.limit_train_batches", "7", "--trainer.limit_val_batches", "1"]
+        args = ["fit", "--config", DEFAULT, *QUIET, "--log_root", str(root), "--trainer.deterministic", "true"]
+        cli_main([*args, *limits, "--trainer.max_epochs", str(epochs), *extra])
+        return root / "crate_nano_digits" / "version_0" / "checkpoints"
+
+    every_5 = ["--latest_checkpoint.every_n_train_steps", "5"]
+    folder = fit(tmp_path / "every_5", 1, *every_5)
+    assert sorted(p.name for p in folder.glob("latest-*")) == ["latest-epoch000-step000007.ckpt"]
+    assert (folder / "last.ckpt").resolve() == folder / "latest-epoch000-step000007.ckpt"
+    fit(tmp_path / "every_5", 2, *every_5, "--ckpt_path", "last")
+    fit(tmp_path / "epoch_end", 1)
+    reference = fit(tmp_path / "epoch_end", 2, "--ckpt_path", "last")
+    resumed, saved = (torch.load(f / "last.ckpt", weights_only=False) for f in (folder, reference))
+    assert resumed["global_step"] == saved["global_step"] == 14
+    assert all(torch.equal(resumed["state_dict"][k], v) for k, v in saved["state_dict"].items())
+
+
 def test_a_callback_whose_package_is_missing_is_one_line_and_leaves_no_run(tmp_path: Path, capsys, monkeypatch) -> None:
     """Lightning's DeviceStatsMonitor on a CPU needs psutil, which it looks for when the fit sets it up: without it
     the fit ended in a ModuleNotFoundError traceback. One line with Lightning's hint, exit status 2, no run left

@@ -41,6 +41,7 @@ from .data import ImageDataModule, ImageFolderDataModule
 from .data.folder import DataError, DataRootError
 from .epoch_figures import EpochFiguresOnResume
 from .fault_tolerance import InterruptCheckpoint, NonFiniteError, NonFiniteGuard, saves_checkpoints
+from .final_state import FinalStateCheckpoint
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
 from .predictions import PredictionWriter
@@ -121,7 +122,7 @@ class CrateCLI(LightningCLI):
       so ``validate``, ``test``, ``predict`` and a resume find a run by its name;
     - ``checkpoint`` (best by ``val/acc``) and ``latest_checkpoint`` (the latest state as ``last.ckpt``): with a
       monitor, Lightning's one callback refreshes ``last.ckpt`` only when a best file is written;
-    - the zoo's callbacks as sections (``rate_monitor``, ``nonfinite_guard``, ``interrupt_checkpoint``,
+    - the zoo's callbacks as sections (``rate_monitor``, ``nonfinite_guard``, ``interrupt_checkpoint``, ``final_state``,
       ``random_state``, ``epoch_figures``, ``wall_clock``, ``prediction_writer``, ``run_summary``,
       ``same_folder_checkpoints``, ``baseline``, ``snapshots``), so
       each is configured, or switched off, from the YAML like the trainer;
@@ -179,6 +180,7 @@ class CrateCLI(LightningCLI):
         parser.add_lightning_class_args(CodingRateMonitor, "rate_monitor")
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite_guard")
         parser.add_lightning_class_args(InterruptCheckpoint, "interrupt_checkpoint")
+        parser.add_lightning_class_args(FinalStateCheckpoint, "final_state")
         parser.add_lightning_class_args(RandomStateCheckpoint, "random_state")
         parser.add_lightning_class_args(EpochFiguresOnResume, "epoch_figures")
         parser.add_lightning_class_args(WallClock, "wall_clock")

@@ -14,7 +14,14 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-__all__ = ["InterruptCheckpoint", "NonFiniteError", "NonFiniteGuard", "checkpoint_dir", "saves_checkpoints"]
+__all__ = [
+    "InterruptCheckpoint",
+    "NonFiniteError",
+    "NonFiniteGuard",
+    "checkpoint_dir",
+    "link_last",
+    "saves_checkpoints",
+]
 
 
 class NonFiniteError(FloatingPointError):
@@ -29,6 +36,19 @@ def saves_checkpoints(trainer: L.Trainer) -> bool:
     """Whether one of the run's ModelCheckpoint callbacks writes a file: none does with
     ``--trainer.enable_checkpointing false`` (they keep no top-k file and no ``last.ckpt``)."""
     return any(_saves(callback) for callback in trainer.checkpoint_callbacks)
+
+
+def link_last(trainer: L.Trainer, path: Path) -> None:
+    """Point ``last.ckpt`` beside ``path`` at it (a copy on file systems without links), on rank zero."""
+    if not trainer.is_global_zero:
+        return
+    last = path.parent / "last.ckpt"
+    if last.is_symlink() or last.exists():
+        last.unlink()
+    try:
+        os.symlink(path.name, last)
+    except OSError:  # file systems without links
+        last.write_bytes(path.read_bytes())
 
 
 def checkpoint_dir(trainer: L.Trainer) -> Path | None:
@@ -140,15 +160,8 @@ class InterruptCheckpoint(Callback):
             trainer.save_checkpoint(path, weights_only=False)  # a full training state: resumable
         finally:
             self._while_validating = False
-        if trainer.is_global_zero:
-            last = folder / "last.ckpt"
-            if last.is_symlink() or last.exists():
-                last.unlink()
-            try:
-                os.symlink(path.name, last)
-            except OSError:  # file systems without links
-                last.write_bytes(path.read_bytes())
-            rank_zero_info(f"interrupted: wrote {path}; resume with --ckpt_path last")
+        link_last(trainer, path)
+        rank_zero_info(f"interrupted: wrote {path}; resume with --ckpt_path last")
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         if not self._while_validating:
