@@ -161,7 +161,9 @@ def test_a_file_written_mid_epoch_counts_its_full_epochs_and_the_batches_of_the_
     assert result.returncode == 0, result.stderr[-2000:]
     folder = tmp_path / "crate_nano_digits" / "version_0" / "checkpoints"
     mid_epoch = sorted(folder.glob("latest-*.ckpt"))
-    assert [p.name for p in mid_epoch] == ["latest-epoch000-step000005.ckpt", "latest-epoch001-step000010.ckpt"]
+    # and the state the fit ended in, written after its last epoch (2 whole epochs, no batch of a third)
+    names = ["latest-epoch000-step000005.ckpt", "latest-epoch001-step000010.ckpt", "latest-epoch001-step000012.ckpt"]
+    assert [p.name for p in mid_epoch] == names
     for path in mid_epoch:
         step = int(re.search(r"step(\d+)", path.name).group(1))
         run = Run.open(path)
