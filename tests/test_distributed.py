@@ -114,6 +114,21 @@ def test_a_clean_ddp_run_closes_its_process_group_before_exit(tmp_path, monkeypa
     assert "LOCAL_RANK" not in os.environ  # the run's rank stays with it: a later two-process run launches its own
 
 
+def test_two_processes_train_with_batch_limits_and_keep_their_final_state(tmp_path: Path) -> None:
+    """A batch limit given as a whole number (--trainer.limit_train_batches 7) made rank zero alone ask the Trainer
+    for its log folder (a broadcast) while it wrote the limit into config.yaml: the two processes waited on each
+    other without end. The run trains, records its limits as counts, and its latest state is its final step
+    (saved every 5 steps: step 7 is no multiple)."""
+    limits = ["--trainer.limit_train_batches", "7", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1"]
+    ddp = ["--config", DDP, "--data.batch_size", "32", "--latest_checkpoint.every_n_train_steps", "5"]
+    _ok(run_train("fit", "--config", DEFAULT, *ddp, *QUIET, *limits, "--log_root", str(tmp_path), timeout=180))
+    run = tmp_path / "crate_nano_digits" / "version_0"
+    config = (run / "config.yaml").read_text()
+    assert "  limit_train_batches: 7\n" in config and "  limit_val_batches: 1\n" in config
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 7
+    assert [p.name for p in (run / "checkpoints").glob("latest-*")] == ["latest-epoch000-step000007.ckpt"]
+
+
 def test_simdino_trains_on_two_processes(tmp_path: Path) -> None:
     """pretrain.py --objective simdino under DDP: the second process is started with the same command line, which
     lost --objective (it started as the masked autoencoder and refused SimDINO's settings)."""

@@ -40,11 +40,20 @@ class WholeBatchCountsConfig(SaveConfigCallback):
     that int (jsonargparse writes ``1`` as ``1.0``, which a run started from that config reads as every batch).
     ``fast_dev_run`` sets the limits itself; its config is left as parsed."""
 
+    _log_dir: str | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self.already_saved and self.save_to_log_dir:
+            # Trainer.log_dir broadcasts rank zero's folder, so every process reads it here: save_config runs on
+            # rank zero only, and a broadcast there alone left the processes of a DDP run waiting on each other
+            self._log_dir = trainer.log_dir
+        super().setup(trainer, pl_module, stage)
+
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         counts = {key: getattr(trainer, key) for key in BATCH_LIMITS if type(getattr(trainer, key, None)) is int}
-        if not counts or trainer.fast_dev_run or not self.save_to_log_dir or trainer.log_dir is None:
+        if not counts or trainer.fast_dev_run or not self.save_to_log_dir or self._log_dir is None:
             return
-        path = str(Path(trainer.log_dir) / self.config_filename)
+        path = str(Path(self._log_dir) / self.config_filename)
         fs = get_filesystem(path)
         with fs.open(path, "r") as file:
             lines = file.read().split("\n")
