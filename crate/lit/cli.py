@@ -42,6 +42,7 @@ from .data.folder import DataError, DataRootError
 from .epoch_figures import EpochFiguresOnResume
 from .fault_tolerance import InterruptCheckpoint, NonFiniteError, NonFiniteGuard, saves_checkpoints
 from .final_state import FinalStateCheckpoint
+from .half_precision import warn_if_float16_weights
 from .known_noise import quiet_known_noise
 from .module import ImageClassifier
 from .predictions import PredictionWriter
@@ -387,6 +388,8 @@ class CrateCLI(LightningCLI):
         refuse_tuning_callbacks(trainer)
         drop_unscored_best(trainer, self.model, str(self.subcommand))
         warn_if_slow_bf16(trainer, self.resumed.path if self.resumed is not None else None)
+        if self.subcommand in ("fit", None):  # None: a trainer built for the caller's own fit (run=False)
+            warn_if_float16_weights(trainer)
         CrateCLI.progress_bar = trainer.progress_bar_callback is not None
         return trainer
 
