@@ -105,6 +105,13 @@ def test_the_tokenizer_is_conv_relu_maxpool_blocks() -> None:
     assert tokenizer.grid_size == (8, 8) and tokenizer.patch_size == (4, 4)
     with pytest.raises(ValueError, match="reduces the image 4x"):
         ConvTokenizer(img_size=32, patch_size=8, conv_layers=2)
+    # an image size the reduction does not divide is refused in the tokenizer's words (it was refused as "not
+    # divisible by patch_size=(4, 4)", a patch size the member does not have), at build and at set_input_size
+    said = r"img_size=\(30, 30\) is not divisible by the tokenizer's reduction 4 .*: give sides that are multiples of 4"
+    with pytest.raises(ValueError, match=said):
+        timm.create_model("crate_cct4_3x2_32", img_size=30)
+    with pytest.raises(ValueError, match=said):
+        tokenizer.set_input_size(img_size=30)
 
 
 def test_sequence_pooling_is_a_softmax_weighted_mean_of_the_tokens() -> None:

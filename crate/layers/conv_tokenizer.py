@@ -63,6 +63,10 @@ class ConvTokenizer(_PatchGrid):
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight)
 
+    def divisor_words(self) -> str:
+        """What divides the image, for the refusal of a size it does not divide."""
+        return f"the tokenizer's reduction {self.patch_size[0]} (each of its conv blocks halves the image)"
+
     def feat_ratio(self, as_scalar: bool = True) -> int | tuple[int, int]:
         """How many times smaller the token grid is than the image (timm's ``PatchEmbed`` API)."""
         return self.patch_size[0] if as_scalar else self.patch_size

@@ -52,6 +52,17 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
         _assert(x.shape[3] == img_size[1], message)
 
 
+def size_refused(embed: nn.Module, size: tuple[int, int]) -> ValueError:
+    """The refusal of an image size the embedding's grid does not divide, in the words of what divides it (its
+    ``divisor_words``: a tokenizer's reduction is no patch size), and the sizes it takes."""
+    step = tuple(embed.patch_size)
+    words = embed.divisor_words() if hasattr(embed, "divisor_words") else f"patch_size={step}"
+    sides = f"sides that are multiples of {step[0]}"
+    if step[0] != step[1]:
+        sides = f"a height that is a multiple of {step[0]} and a width that is a multiple of {step[1]}"
+    return ValueError(f"img_size={size} is not divisible by {words}: give {sides}")
+
+
 def resize_grid(embed: nn.Module, img_size: int | tuple[int, int] | None, patch_size: object = None) -> None:
     """timm's ``PatchEmbed.set_input_size`` for an embedding whose weights fix its patch size (flat patches, a
     tokenizer's or a stem's reduction): the grid of another image size; a new patch size is refused."""
@@ -65,7 +76,7 @@ def resize_grid(embed: nn.Module, img_size: int | tuple[int, int] | None, patch_
         return
     size = _pair(img_size)
     if size[0] % current[0] or size[1] % current[1]:
-        raise ValueError(f"img_size={size} is not divisible by patch_size={current}")
+        raise size_refused(embed, size)
     embed.img_size = size
     embed.grid_size = (size[0] // current[0], size[1] // current[1])
     embed.num_patches = embed.grid_size[0] * embed.grid_size[1]
@@ -80,7 +91,7 @@ class _PatchGrid(nn.Module):
         self.patch_size = _pair(patch_size)
         self.in_chans = in_chans
         if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
-            raise ValueError(f"img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+            raise size_refused(self, self.img_size)
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.strict_img_size = True  # False: any size divisible by the patch size (dynamic image size)
