@@ -10,6 +10,8 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 
 class SignalAtStep(Callback):
@@ -34,6 +36,18 @@ class CtrlCBeforeBackward(Callback):
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         if trainer.global_step == self.step:
             raise KeyboardInterrupt
+
+
+class SIGTERMInProcess(Callback):
+    """Lightning's SIGTERMException at the start of training, as process ``rank`` of a distributed run meets it
+    after a scheduler's SIGTERM (no signal is sent: the test's own process receives none)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        rank_zero_only.rank = self.rank
+        raise SIGTERMException
 
 
 class SignalInValidation(Callback):

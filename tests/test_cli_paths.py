@@ -981,6 +981,19 @@ def test_a_fit_saving_every_n_steps_keeps_its_final_state_and_resumes_from_it_as
     assert all(torch.equal(resumed["state_dict"][k], v) for k, v in saved["state_dict"].items())
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_sigterm_is_said_once_by_rank_zero(tmp_path: Path, monkeypatch, rank: int) -> None:
+    """A SIGTERM reaches every process of a distributed run, and each wrote "stopped by SIGTERM": two processes,
+    the same line twice. Rank zero says it; every process exits with the shell's status for the signal."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", 0)  # the helper sets the process's rank; restored after the test
+    callback = ["--trainer.callbacks+=helpers.SIGTERMInProcess", "--trainer.callbacks.rank", str(rank)]
+    proc = run_in_process("fit", "--config", DEFAULT, *QUIET, "--log_root", str(tmp_path), *callback)
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert ("train.py: stopped by SIGTERM; resume with --ckpt_path last" in proc.stderr) == (rank == 0)
+
+
 def test_a_callback_whose_package_is_missing_is_one_line_and_leaves_no_run(tmp_path: Path, capsys, monkeypatch) -> None:
     """Lightning's DeviceStatsMonitor on a CPU needs psutil, which it looks for when the fit sets it up: without it
     the fit ended in a ModuleNotFoundError traceback. One line with Lightning's hint, exit status 2, no run left

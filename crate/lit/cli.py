@@ -97,6 +97,13 @@ def run_loggers(
     return [tensorboard, csv]
 
 
+def _say_once(line: str) -> None:
+    """Write ``line`` to stderr from rank zero only: a signal reaches every process of a distributed run, and each
+    wrote the same line."""
+    if rank_zero_only.rank == 0:
+        sys.stderr.write(line)
+
+
 def claim_version(log_root: str, run_name: str) -> tuple[int, Path | None]:
     """The number of a new version of the run, its folder made at once, so that runs started together each get a
     folder of their own: Lightning's loggers take the next free number and make its folder only when they first
@@ -695,11 +702,11 @@ def cli_main(
             run=run,
         )
     except SIGTERMException:
-        sys.stderr.write(f"{program}: stopped by SIGTERM; resume with --ckpt_path last\n")
+        _say_once(f"{program}: stopped by SIGTERM; resume with --ckpt_path last\n")
         raise SystemExit(SIGTERM_EXIT) from None
     except SystemExit as exit_:
         if isinstance(exit_.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
-            sys.stderr.write(f"{program}: stopped by Ctrl-C; resume with --ckpt_path last\n")
+            _say_once(f"{program}: stopped by Ctrl-C; resume with --ckpt_path last\n")
             raise SystemExit(SIGINT_EXIT) from None
         raise
     except ArgumentError as err:
