@@ -52,7 +52,7 @@ def check_image_input(x: torch.Tensor, in_chans: int, img_size: tuple[int, int] 
         _assert(x.shape[3] == img_size[1], message)
 
 
-def size_refused(embed: nn.Module, size: tuple[int, int]) -> ValueError:
+def _size_refused(embed: nn.Module, size: tuple[int, int]) -> ValueError:
     """The refusal of an image size the embedding's grid does not divide, in the words of what divides it (its
     ``divisor_words``: a tokenizer's reduction is no patch size), and the sizes it takes."""
     step = tuple(embed.patch_size)
@@ -76,7 +76,7 @@ def resize_grid(embed: nn.Module, img_size: int | tuple[int, int] | None, patch_
         return
     size = _pair(img_size)
     if size[0] % current[0] or size[1] % current[1]:
-        raise size_refused(embed, size)
+        raise _size_refused(embed, size)
     embed.img_size = size
     embed.grid_size = (size[0] // current[0], size[1] // current[1])
     embed.num_patches = embed.grid_size[0] * embed.grid_size[1]
@@ -91,7 +91,7 @@ class _PatchGrid(nn.Module):
         self.patch_size = _pair(patch_size)
         self.in_chans = in_chans
         if self.img_size[0] % self.patch_size[0] or self.img_size[1] % self.patch_size[1]:
-            raise size_refused(self, self.img_size)
+            raise _size_refused(self, self.img_size)
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.strict_img_size = True  # False: any size divisible by the patch size (dynamic image size)

@@ -37,6 +37,9 @@ class FinalStateCheckpoint(Callback):
     def __init__(self) -> None:
         self._epoch: int | None = None  # the epoch the fit's last training epoch ran as (Lightning counts on after)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch = None  # a later fit of the same trainer records its own
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch = trainer.current_epoch
 
