@@ -18,7 +18,7 @@ from PIL import Image
 from crate.data import ResumableDataLoader, SeededBatch
 from crate.lit.data import Augmentation, CIFARDataModule, DigitsDataModule, ImageFolderDataModule
 from crate.lit.data.augmentation import train_transform
-from crate.lit.data.folder import DataError
+from crate.lit.data.folder import DataError, ImageLoader
 
 
 def test_digits_split_is_deterministic_stratified_and_resized() -> None:
@@ -328,6 +328,40 @@ def test_colour_image_in_a_folder_judged_gray_is_an_error_naming_it(tmp_path: Pa
     asked = ImageFolderDataModule(str(tmp_path), img_size=16, in_chans=1, batch_size=24, num_workers=0)
     asked.setup("fit")
     assert next(iter(asked.train_dataloader()))[0].shape[1] == 1  # asked for gray: converted, no error
+
+
+def _pgm16(path: Path, values: np.ndarray, maxval: int) -> None:
+    """A binary PGM of more than 8 bits, written by hand: the format stores big-endian 16-bit values."""
+    height, width = values.shape
+    path.write_bytes(f"P5\n{width} {height}\n{maxval}\n".encode() + values.astype(">u2").tobytes())
+
+
+def test_images_of_more_than_8_bits_are_read_from_their_file_s_full_scale(tmp_path: Path) -> None:
+    """A float TIFF of intensities in 0-1 was read as PIL converts it, clipped to whole numbers: a black image.
+    A dark 16-bit PGM (every value below 256) was read as if 8-bit, 257 times brighter than its brighter
+    neighbours. Each now reads from its file's full scale; values outside it are refused with the range."""
+    load = ImageLoader("L")
+
+    def eight_bit(values: np.ndarray, full_scale: float) -> np.ndarray:
+        return np.floor(values.astype(np.float64) / full_scale * 255 + 0.5).astype(np.uint8)
+
+    ramp = np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)
+    Image.fromarray(ramp).save(tmp_path / "float.tif")
+    np.testing.assert_array_equal(np.asarray(load(str(tmp_path / "float.tif"))), eight_bit(ramp, 1.0))
+    dark = np.arange(64, dtype=np.uint16).reshape(8, 8) * 4  # 0-252 of 65535
+    _pgm16(tmp_path / "dark.pgm", dark, 65535)
+    np.testing.assert_array_equal(np.asarray(load(str(tmp_path / "dark.pgm"))), eight_bit(dark, 65535))
+    tenths = np.arange(64, dtype=np.uint16).reshape(8, 8) * 15  # 0-945 of 1000
+    _pgm16(tmp_path / "tenths.pgm", tenths, 1000)
+    read = np.asarray(load(str(tmp_path / "tenths.pgm")), dtype=int)  # PIL rescales 0-1000 to 0-65535: +-1
+    np.testing.assert_allclose(read, eight_bit(tenths, 1000), atol=1)
+    wide = np.arange(64, dtype=np.int32).reshape(8, 8) * 2000  # 32-bit integers up to 126,000
+    Image.fromarray(wide).save(tmp_path / "wide.tif")
+    with pytest.raises(DataError, match=r"wide\.tif is an image of mode I with values from 0 to 126000.*8- or 16-bit"):
+        load(str(tmp_path / "wide.tif"))
+    Image.fromarray(ramp * 2 - 1).save(tmp_path / "signed.tif")
+    with pytest.raises(DataError, match=r"signed\.tif is an image of mode F with values from -1 to 1, .* from 0 to 1"):
+        load(str(tmp_path / "signed.tif"))
 
 
 def test_seeded_samples_reproduce_python_numpy_and_torch_draws_and_leave_global_state_alone() -> None:

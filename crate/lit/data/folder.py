@@ -93,10 +93,26 @@ GRAYSCALE_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;1
 CHANNEL_SAMPLE = 8  # images per class folder and split whose mode decides the channel count
 
 
-def _to_8_bit(image: Image.Image) -> Image.Image:
-    """16-bit (and 32-bit integer) grayscale scaled to 8 bits, instead of PIL's saturating conversion."""
+def _to_8_bit(image: Image.Image, path: str) -> Image.Image:
+    """A grayscale image of more than 8 bits scaled to 8, instead of PIL's conversion, which saturates at 255.
+
+    The full scale is the file's, the same for every image of a folder: 65535 for 16-bit files (PIL reads a
+    PGM of more than 8 bits as 32-bit integers scaled to 16 bits), 1 for floating-point ones. A 32-bit integer
+    file has no full scale of its own: its values are read as 8-bit where they stay within 0-255, else as 16-bit.
+    Values outside the full scale are refused: clipped, they would read as a wrong image without a word."""
     array = np.asarray(image, dtype=np.float64)
-    full_scale = 65535.0 if image.mode.startswith("I;16") or array.max() > 255 else 255.0
+    if image.mode == "F":
+        full_scale, words = 1.0, "a floating-point image is read as intensities from 0 to 1"
+    elif image.mode.startswith("I;16") or image.format == "PPM" or array.max(initial=0) > 255:
+        full_scale, words = 65535.0, "a 16-bit image is read as values from 0 to 65535"
+    else:
+        full_scale, words = 255.0, "a 32-bit integer image is read as values from 0 to 255 or to 65535"
+    if not np.isfinite(array).all() or array.min(initial=0) < 0 or array.max(initial=0) > full_scale:
+        raise DataError(
+            f"{path} is an image of mode {image.mode} with values from {np.nanmin(array):g} to "
+            f"{np.nanmax(array):g}, and {words}: scale it into that range or save it as an 8- or 16-bit image "
+            "(PNG, TIFF)"
+        )
     return Image.fromarray(np.clip(array / full_scale * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
 
 
@@ -105,7 +121,8 @@ def _unreadable(path: str, err: Exception) -> DataError:
 
 
 class ImageLoader:
-    """Reads an image file as ``mode`` ("L" or "RGB"; palette, alpha and 16-bit converted, 16-bit scaled).
+    """Reads an image file as ``mode`` ("L" or "RGB"; palette, alpha, 16-bit and float converted, the last two
+    scaled from their full scale, see ``_to_8_bit``).
 
     ``strict``: a colour image is an error instead of being turned gray (when one channel was decided from
     a sample of the folder, not asked for). Errors are :class:`DataError` naming the file.
@@ -126,8 +143,8 @@ class ImageLoader:
                         f"{path} is a {image.mode} image, but the folder was read as grayscale from a sample "
                         "of its images; pass --data.in_chans 3 (or 1 to convert colour images to gray)"
                     )
-                if image.mode.startswith("I"):
-                    image = _to_8_bit(image)
+                if image.mode.startswith("I") or image.mode == "F":
+                    image = _to_8_bit(image, path)
                 return image.convert(self.mode)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
             if isinstance(err, DataError):
