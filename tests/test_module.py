@@ -424,3 +424,35 @@ def test_predicted_probabilities_of_a_bf16_run_are_the_float32_softmax_of_its_lo
     z = logits.double()
     expected = (z - z.amax(-1, keepdim=True)).exp() / (z - z.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True)
     torch.testing.assert_close(probabilities.double(), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_classes", [8, 12])
+def test_a_datamodule_of_another_number_of_classes_than_the_head_is_refused_before_a_step(num_classes: int) -> None:
+    """Built apart in Python, a 12-output head trained on the 10 digits without a word (two outputs no image
+    belongs to, scored by val/acc's argmax), and an 8-output one failed at the loss on label 8."""
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=num_classes, in_chans=1, img_size=16)
+    before = {name: value.clone() for name, value in module.state_dict().items()}
+    for run in ("fit", "validate"):
+        trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+        with pytest.raises(
+            ValueError, match=rf"the data has 10 classes and .*head {num_classes} outputs: .*num_classes=10"
+        ):
+            getattr(trainer, run)(module, datamodule=DigitsDataModule(batch_size=8, img_size=16))
+    assert all(torch.equal(value, before[name]) for name, value in module.state_dict().items())
+
+
+def test_a_head_the_size_of_the_data_s_classes_trains_from_a_datamodule_and_from_loaders_alone() -> None:
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=10, in_chans=1, img_size=32)
+    _fit(module, steps=2)
+    data = DigitsDataModule(batch_size=8)
+    data.setup("fit")
+    trainer = L.Trainer(
+        max_steps=1,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, data.train_dataloader(), data.val_dataloader())  # no DataModule: nothing to compare
+    assert trainer.global_step == 1

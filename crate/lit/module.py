@@ -229,6 +229,17 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             model.set_grad_checkpointing(True)
         return model
 
+    def setup(self, stage: str) -> None:
+        """Refuse data of another number of classes than the head has, before a step: a larger head would train
+        and score outputs no image belongs to without a word, a smaller one fails at the loss on a label it lacks.
+        ``train.py`` links the two; a model and a DataModule built apart in Python may differ."""
+        classes = getattr(self.trainer.datamodule, "num_classes", None)
+        if isinstance(classes, int) and classes != self.hparams.num_classes:
+            raise ValueError(
+                f"the data has {classes} classes and {self.hparams.model_name}'s head {self.hparams.num_classes} "
+                f"outputs: build the classifier with num_classes={classes} (the DataModule's num_classes)"
+            )
+
     def configure_model(self) -> None:
         """Compile in place (once) when asked: the module keeps its parameter names, so its state dict, its
         checkpoints and DDP/FSDP wrapping are those of the eager model."""
