@@ -440,6 +440,11 @@ def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_
     card = export_checkpoint(moved, out, train_command="python train.py fit ...", measure=False)
     assert card["recipe"]["precision"] == UNKNOWN_RUN_SETTING and card["recipe"]["seed"] == UNKNOWN_RUN_SETTING
     assert f"| precision | {UNKNOWN_RUN_SETTING} |" in out.with_suffix(".md").read_text()
+    # without a command given, the card named a config.yaml that does not exist as the one the run was trained with
+    card = export_checkpoint(moved, tmp_path / "unnamed.safetensors", measure=False)
+    assert card["train_command"].startswith("# training command unknown: no config.yaml of the run beside")
+    card = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "named.safetensors", measure=False)
+    assert card["train_command"] == f"# trained with the LightningCLI config {run / 'config.yaml'}"
 
 
 def test_a_run_started_from_a_file_s_weights_names_that_file_on_its_card(tmp_path: Path) -> None:
