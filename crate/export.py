@@ -437,17 +437,18 @@ def _card(
         "dtype": dtype,
         "sha256": file_sha256(weights),
         "load": load_line(*load),
-        "train_command": train_command or _config_line(run.config_file),
+        "train_command": train_command or _config_line(run),
         "export_command": shlex.join(["python", "-m", "crate.export", *sys.argv[1:]]) if sys.argv[1:] else "",
     }
 
 
-def _config_line(config_file: Path) -> str:
-    """The card's training command where none is given: the run's config, or that no config lies beside it (a run
-    of a Python script, or a checkpoint moved away from its run folder)."""
-    if config_file.is_file():
-        return f"# trained with the LightningCLI config {config_file}"
-    return f"# training command unknown: no config.yaml of the run beside its checkpoints/ folder ({config_file})"
+def _config_line(run: Run) -> str:
+    """The card's training command where none is given: the run's config, or that no readable config lies beside
+    it (a run of a Python script, a checkpoint moved away from its run folder, a config that no longer parses)."""
+    if run.config:
+        return f"# trained with the LightningCLI config {run.config_file}"
+    where = f"beside its checkpoints/ folder ({run.config_file})"
+    return f"# training command unknown: no readable config.yaml of the run {where}"
 
 
 def export_checkpoint(

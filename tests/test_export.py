@@ -442,9 +442,15 @@ def test_a_checkpoint_out_of_its_run_folder_gets_a_card_that_does_not_guess_its_
     assert f"| precision | {UNKNOWN_RUN_SETTING} |" in out.with_suffix(".md").read_text()
     # without a command given, the card named a config.yaml that does not exist as the one the run was trained with
     card = export_checkpoint(moved, tmp_path / "unnamed.safetensors", measure=False)
-    assert card["train_command"].startswith("# training command unknown: no config.yaml of the run beside")
+    assert card["train_command"].startswith("# training command unknown: no readable config.yaml of the run beside")
     card = export_checkpoint(run / "checkpoints" / "last.ckpt", tmp_path / "named.safetensors", measure=False)
     assert card["train_command"] == f"# trained with the LightningCLI config {run / 'config.yaml'}"
+    copied = tmp_path / "copied"  # a run whose config.yaml no longer parses: unknown, not read as if it did
+    (copied / "checkpoints").mkdir(parents=True)
+    (copied / "checkpoints" / "last.ckpt").write_bytes(moved.read_bytes())
+    (copied / "config.yaml").write_text("trainer: {precision: bf16-mixed\n")
+    card = export_checkpoint(copied / "checkpoints" / "last.ckpt", tmp_path / "broken.safetensors", measure=False)
+    assert card["recipe"]["precision"] == UNKNOWN_RUN_SETTING and "no readable config.yaml" in card["train_command"]
 
 
 def test_a_run_started_from_a_file_s_weights_names_that_file_on_its_card(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from .weight_average import ema_decay_at
 __all__ = ["RECIPE_KEYS", "UNKNOWN_RUN_SETTING", "UNKNOWN_START_DIGEST", "Run"]
 
 # what a card says of a run setting that only the run's config.yaml records, when none lies beside the checkpoint
-UNKNOWN_RUN_SETTING = "unknown (no config.yaml of the run beside its checkpoints/ folder)"
+UNKNOWN_RUN_SETTING = "unknown (no readable config.yaml of the run beside its checkpoints/ folder)"
 # what a card says of the start file's contents where the checkpoint predates their record
 UNKNOWN_START_DIGEST = "unknown (the checkpoint records no sha256 of the file its run started from)"
 # the module's hyper-parameters that make up a card's recipe (with the data section's settings)
