@@ -326,14 +326,18 @@ def test_a_data_module_without_multi_crop_is_refused(tmp_path: Path) -> None:
 
 
 def test_local_views_a_fixed_size_model_cannot_take_are_refused_before_training(tmp_path: Path) -> None:
-    """ToST takes its own image size only: 16-pixel local views failed in its first step, with the model's advice
-    to build it for 16x16 images; the run is refused before it starts, naming the setting that fits."""
+    """CRATE-MAE takes its own image size only (a sine-cosine table of one grid): its student failed to build
+    with a ValueError traceback; it is now built at its size and 16-pixel local views are refused before the run
+    starts, naming the setting that fits."""
     images = str(_folder(tmp_path / "images"))
     views = MultiCrop(global_crops=2, local_crops=2, local_size=16)
     data = StoredImageFolderDataModule(images, batch_size=8, drop_last=True, multi_crop=views)
-    module = SelfDistillation("tost_nano_patch4_32", num_classes=2, img_size=32, model_kwargs={"depth": 1})
+    module = SelfDistillation("crate_mae_nano_patch4_32", num_classes=2, img_size=32, model_kwargs={"depth": 1})
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    with pytest.raises(ValueError, match=r"local views are 16x16: give --data.multi_crop.local_size 32$"):
+    with pytest.raises(
+        ValueError,
+        match=r"crate_mae_nano_patch4_32 takes 32x32 images only .* 16x16: give --data.multi_crop.local_size 32$",
+    ):
         trainer.fit(module, data)
     assert trainer.global_step == 0
     same = MultiCrop(global_crops=2, local_crops=2, local_size=32)  # the setting named trains
@@ -417,9 +421,8 @@ def test_a_short_pretraining_lowers_the_loss_and_lifts_k_nn_above_the_random_ini
     ],
 )
 def test_every_family_self_distils_and_its_checkpoint_yields_the_teacher(name: str, tmp_path: Path) -> None:
-    """One step on each zoo family. ToST has no ``dynamic_img_size``, so its local views take the global size."""
-    local_size = 32 if name.startswith("tost") else 16
-    views = MultiCrop(global_crops=2, local_crops=2, local_size=local_size)
+    """One step on each zoo family, its 16-pixel local views through ``dynamic_img_size``."""
+    views = MultiCrop(global_crops=2, local_crops=2, local_size=16)
     data = StoredImageFolderDataModule(
         str(_folder(tmp_path / "images")), batch_size=8, drop_last=True, multi_crop=views
     )

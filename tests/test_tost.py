@@ -136,3 +136,17 @@ def test_temperatures_and_position_encoding_get_no_weight_decay() -> None:
     assert {f"blocks.{i}.attn.temp" for i in range(4)} <= undecayed
     assert {"cls_token", "pos_embed.token_projection.weight"} <= undecayed
     assert "blocks.0.attn.qkv.weight" not in undecayed
+
+
+@pytest.mark.parametrize("size", [(64, 64), (40, 48)])
+def test_dynamic_img_size_gives_the_model_built_at_that_size(size: tuple[int, int]) -> None:
+    """``dynamic_img_size=True`` was a TypeError for ToST alone among the zoo's families; its Fourier encoding
+    is computed per grid, so a dynamic model must equal the one built at the input's size, with the same weights."""
+    dynamic = timm.create_model("tost_nano_patch4_32", dynamic_img_size=True).eval()
+    built = timm.create_model("tost_nano_patch4_32", img_size=size).eval()
+    built.load_state_dict(dynamic.state_dict())
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        torch.testing.assert_close(dynamic(x), built(x), rtol=0, atol=0)
+    with pytest.raises(AssertionError, match=r"built for 32x32 images .* img_size="):
+        timm.create_model("tost_nano_patch4_32").eval()(x)

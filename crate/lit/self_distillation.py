@@ -126,7 +126,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
         if "dynamic_img_size" not in kwargs:
             try:  # local views are smaller than global ones: a family that can take them does
                 return create_classifier(model_name, 0, in_chans, img_size, dynamic_img_size=True, **kwargs)
-            except TypeError as err:
+            except (TypeError, ValueError) as err:  # an unknown argument, or one the family refuses (CRATE-MAE)
                 if "dynamic_img_size" not in str(err):
                     raise
         return create_classifier(model_name, 0, in_chans, img_size, **kwargs)

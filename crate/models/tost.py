@@ -88,7 +88,9 @@ class ToST(TransformerClassifier):
     """ToST classifier on the XCiT backbone: conv stem, Fourier position encoding, TSSA layers, class
     token and class-attention blocks, LayerNorm, linear head on the class token (``global_pool="avg"``:
     the mean of the patch tokens). The timm API is ``TransformerClassifier``'s; the TSSA layers carry no
-    class token (``blocks_prefix_tokens = 0``)."""
+    class token (``blocks_prefix_tokens = 0``). The Fourier encoding is computed for each input's grid, so
+    ``dynamic_img_size=True`` takes images of other sizes with the same weights (the stem's padded stride-2
+    convolutions round a side that the patch size does not divide up)."""
 
     blocks_prefix_tokens = 0
 
@@ -113,11 +115,14 @@ class ToST(TransformerClassifier):
         cls_attn_layers: int = 2,
         eta: float = 1.0,
         tokens_norm: bool = True,
+        dynamic_img_size: bool = False,
     ) -> None:
         super().__init__(num_classes, in_chans, embed_dim, global_pool)
         norm_layer = norm_layer or partial(nn.LayerNorm, eps=1e-6)
 
         self.patch_embed = ConvStem(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
+        self.dynamic_img_size = dynamic_img_size
+        self.patch_embed.strict_img_size = not dynamic_img_size
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = PositionalEncodingFourier(dim=embed_dim)
         self.pos_drop = nn.Dropout(pos_drop_rate)
