@@ -151,6 +151,37 @@ def test_forward_intermediates_and_features_only(name: str) -> None:
     assert kept == [depth - 1] and len(model.blocks) == depth
 
 
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("vit_cct2_3x2_32", {}),
+        ("crate_nano_patch4_32", {"depth": 2}),
+        ("vit_nano_patch4_32", {"depth": 1}),
+        ("tost_nano_patch4_32", {"depth": 2}),
+        ("cbt_nano_patch4_32", {"depth": 2}),
+        ("crate_nano_patch4_32", {}),
+    ],
+)
+def test_features_only_defaults_to_the_last_three_blocks_or_every_block_of_fewer(name: str, kwargs: dict) -> None:
+    """``features_only=True`` on the registered 2-block ViT twin failed with timm's "last-n (3) is out of range
+    (1 to 2)"; the default is now the last three blocks, all of them where there are fewer, each map the block's
+    own output as ``forward_intermediates`` gives it."""
+    torch.manual_seed(0)
+    features = timm.create_model(name, features_only=True, **kwargs).eval()
+    model = timm.create_model(name, num_classes=0, **kwargs).eval()
+    loaded = model.load_state_dict(features.state_dict(), strict=False)  # the feature model lacks the final layers
+    assert not loaded.unexpected_keys and all(not key.startswith("blocks.") for key in loaded.missing_keys)
+    depth = len(model.blocks)
+    taken = list(range(max(depth - 3, 0), depth))
+    assert [info["index"] for info in features.feature_info.get_dicts()] == taken
+    x = torch.randn(2, *model.pretrained_cfg["input_size"])
+    with torch.no_grad():
+        maps, expected = features(x), model.forward_intermediates(x, indices=taken, intermediates_only=True)
+    assert len(maps) == len(expected)
+    for got, want in zip(maps, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("name", ZOO)
 def test_gradient_checkpointing_gives_the_same_outputs(name: str) -> None:
     model, x = _model_and_input(name, num_classes=3)

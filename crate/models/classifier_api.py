@@ -10,6 +10,8 @@ blocks' output into the features: the final norm; ToST's class-attention stage a
 
 # No ``from __future__ import annotations`` here: FX copies ``forward``'s annotations into the code it
 # generates, and a string annotation there is a type TorchScript cannot resolve (FX, then scripting).
+from typing import Any
+
 import torch
 from timm.layers import resample_abs_pos_embed
 from timm.models import checkpoint_seq
@@ -22,10 +24,19 @@ from crate.layers import SeqPool
 
 from .state_dict_loading import LoadsZooLayouts
 
-__all__ = ["TransformerClassifier", "check_pool", "forget_label_names"]
+__all__ = ["TransformerClassifier", "block_features_cfg", "check_pool", "forget_label_names"]
 
 
 POOLS = ("", "token", "avg", "seq")
+
+
+def block_features_cfg(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """timm's ``feature_cfg`` for a stack of blocks (``features_only=True``, read by timm's getter): the
+    ``out_indices`` the call gives (taken out of ``kwargs``), else the last three blocks, or every block of a model
+    with fewer (timm's "last 3" is out of range for a 2-block model)."""
+    depth = kwargs.get("depth")
+    default = min(3, depth) if isinstance(depth, int) and depth > 0 else 3
+    return dict(out_indices=kwargs.pop("out_indices", default), feature_cls="getter")
 
 
 def forget_label_names(model: nn.Module) -> None:

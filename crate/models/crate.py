@@ -26,7 +26,7 @@ from torch import nn
 from crate.layers import ISTA, MSSA, BlockTrace, PatchEmbed
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import TransformerClassifier
+from .classifier_api import TransformerClassifier, block_features_cfg
 from .convert import checkpoint_filter_fn
 from .registry import register_model
 from .shipped import cifar10_cfg, cifar10_simdino_cfg, digits_cfg, shipped_checkpoint
@@ -297,13 +297,13 @@ def _create_crate(
     """``build_model_with_cfg`` for CRATE and the families built on it (``model_cls``: CRATE-MAE): files read
     by ``crate.models.checkpoint``, converted and checked by ``checkpoint_filter_fn`` (with the family's
     own ``family_filter`` first, where it has one)."""
-    out_indices = kwargs.pop("out_indices", 3)
+    feature_cfg = block_features_cfg(kwargs)
     return build_model_with_cfg(
         model_cls or CRATE,
         variant,
         pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=family_filter),
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        feature_cfg=feature_cfg,
         **pretrained_kwargs(variant, pretrained, kwargs),
     )
 

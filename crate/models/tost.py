@@ -34,7 +34,7 @@ from torch.utils.checkpoint import checkpoint
 from crate.layers import TSSA, BlockTrace, ConvStem
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import TransformerClassifier
+from .classifier_api import TransformerClassifier, block_features_cfg
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg, crate_cfg
 from .registry import register_model
@@ -211,13 +211,13 @@ def _init_weights(module: nn.Module) -> None:
 
 def _create_tost(variant: str, pretrained: bool = False, **kwargs: Any) -> ToST:
     """Files read by ``crate.models.checkpoint``; reference checkpoints converted by timm's XCiT filter."""
-    out_indices = kwargs.pop("out_indices", 3)
+    feature_cfg = block_features_cfg(kwargs)
     return build_model_with_cfg(
         ToST,
         variant,
         pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=xcit_checkpoint_filter_fn),
-        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
+        feature_cfg=feature_cfg,
         **pretrained_kwargs(variant, pretrained, kwargs),
     )
 

@@ -24,7 +24,7 @@ from crate.layers import AttentionTrace, BlockTrace, ConvPatchEmbed, register_tr
 from crate.layers.precision import cpu_autocast_dtype
 
 from .checkpoint import pretrained_kwargs
-from .classifier_api import check_pool, forget_label_names
+from .classifier_api import block_features_cfg, check_pool, forget_label_names
 from .convert import checkpoint_filter_fn
 from .crate import CPU_SIZES, cpu_cfg
 from .registry import register_model
@@ -145,12 +145,13 @@ def create_vit_twin(
 ) -> ViTTwin:
     """As every zoo family: files read by ``crate.models.checkpoint``, the same ``num_classes`` rule, the
     zoo's filter (timm's ViT conversion inside it), clear errors."""
+    feature_cfg = block_features_cfg(kwargs)
     return build_model_with_cfg(
         model_cls,
         variant,
         pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, family_filter=vit_checkpoint_filter_fn),
-        feature_cfg=dict(out_indices=3, feature_cls="getter"),
+        feature_cfg=feature_cfg,
         **pretrained_kwargs(variant, pretrained, kwargs),
     )
 
