@@ -74,6 +74,35 @@ def test_pretrained_grayscale_weights_adapt_to_three_channels(name: str) -> None
         torch.testing.assert_close(rgb(images.expand(-1, 3, -1, -1)), gray(images), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["crate_nano_patch4_32", "crate_alpha_nano_patch4_32", "vit_nano_patch4_32"])
+def test_colour_weights_built_gray_give_the_colour_model_s_outputs_on_gray_images(name: str, tmp_path: Path) -> None:
+    """RGB -> gray for a flat patch embedding that normalises its patches first (CRATE's ``norm_in``): the
+    weights were summed and the LayerNorm's per-pixel scales averaged over the channels, another function
+    wherever the channels' scales differ (on CIFAR-10's val images made gray, the shipped crate_nano's gray build
+    agreed with its colour build on 69% of the predictions). The scales and shifts now fold into the projection
+    exactly; a model without ``norm_in`` keeps timm's sum. The file's scales are drawn apart per channel here,
+    so that averaging them could not pass."""
+    torch.manual_seed(0)
+    colour = timm.create_model(name, num_classes=10).eval()
+    state = colour.state_dict()
+    for key in ("patch_embed.norm_in.weight", "patch_embed.norm_in.bias"):
+        if key in state:
+            state[key] = torch.randn_like(state[key])
+    colour.load_state_dict(state)
+    torch.save(state, tmp_path / "colour.pth")
+    with pytest.warns(UserWarning, match="in_chans=1"):
+        gray = timm.create_model(
+            name,
+            pretrained=True,
+            num_classes=10,
+            in_chans=1,
+            pretrained_cfg_overlay=dict(file=str(tmp_path / "colour.pth")),
+        ).eval()
+    images = torch.randn(4, 1, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(gray(images), colour(images.expand(-1, 3, -1, -1)), atol=1e-4, rtol=1e-4)
+
+
 def test_a_grayscale_tost_file_adapts_its_conv_stem_to_three_channels(tmp_path: Path) -> None:
     # ToST's first layer is the first conv of its stem (cfg first_conv "patch_embed.proj.0.0")
     torch.manual_seed(0)

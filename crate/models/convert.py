@@ -18,11 +18,13 @@ Weights may sit under ``state_dict`` or ``model`` and keys may carry a ``module.
 Files are read by ``crate.models.checkpoint`` (the one reader); this module only converts what it read.
 The filter also adapts the patch embedding to the model's input channels with timm's ``adapt_input_conv``
 convention (1 -> C: repeat and scale by 1/C; C -> 1: sum), for conv and for flat (p1 p2 c) embeddings, so
-a grayscale checkpoint gives the same outputs on gray images replicated to C channels.
+a grayscale checkpoint gives the same outputs on gray images replicated to C channels, and a colour one built gray
+gives on gray images what it gives on them replicated (a flat embedding's patch LayerNorm folded in exactly).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -325,6 +327,26 @@ def _adapt_channels(values: torch.Tensor, source: int, target: int) -> torch.Ten
     return values.repeat(*([1] * (values.ndim - 1)), repeat)[..., :target]
 
 
+def _fold_norm_in_to_gray(
+    state_dict: dict[str, torch.Tensor], key: str, weight: torch.Tensor, pixels: tuple[int, int, int]
+) -> bool:
+    """C -> 1 for a flat patch embedding that normalises its patches first (``norm_in``): a gray image replicated
+    to C channels has the same LayerNorm statistics as the gray patch, so the C channels' affine weights fold
+    into the projection exactly (its weight sums each pixel's channels times their scales, its bias takes the
+    shifts) and the gray ``norm_in`` keeps no affine part. Summing the weights and averaging the scales instead
+    computes another function wherever the channels' scales differ."""
+    names = ("patch_embed.norm_in.weight", "patch_embed.norm_in.bias", key.removesuffix(".weight") + ".bias")
+    if any(name not in state_dict for name in names) or state_dict[names[0]].numel() != math.prod(pixels):
+        return False
+    scale, shift = (state_dict[name].to(weight.dtype).reshape(pixels) for name in names[:2])
+    per_pixel = weight.reshape(weight.shape[0], *pixels)
+    state_dict[key] = (per_pixel * scale).sum(dim=-1).reshape(weight.shape[0], -1)
+    state_dict[names[2]] = state_dict[names[2]].to(weight.dtype) + (per_pixel * shift).sum(dim=(1, 2, 3))
+    state_dict[names[0]] = torch.ones(pixels[:2], dtype=weight.dtype).reshape(-1)
+    state_dict[names[1]] = torch.zeros(pixels[:2], dtype=weight.dtype).reshape(-1)
+    return True
+
+
 def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> None:
     """Adapt the checkpoint's first layer (the cfg's ``first_conv``: a patch embedding, conv or flat
     (p1 p2 c), or the first conv of a stem) to the model's input channels."""
@@ -344,6 +366,8 @@ def _adapt_in_chans(state_dict: dict[str, torch.Tensor], model: nn.Module) -> No
     if weight.shape[1] % area or own.shape[1] % area:
         return
     source, target = weight.shape[1] // area, own.shape[1] // area
+    if target == 1 and _fold_norm_in_to_gray(state_dict, key, weight, (patch[0], patch[1], source)):
+        return
     kernel = weight.reshape(weight.shape[0], patch[0], patch[1], source).permute(0, 3, 1, 2)
     kernel = adapt_input_conv(target, kernel, base_chans=source)
     state_dict[key] = kernel.permute(0, 2, 3, 1).reshape(weight.shape[0], -1)
