@@ -143,3 +143,44 @@ def test_a_recipe_sets_mixing_on_the_store_path_and_the_classifier_trains_on_mix
     logits = cli.model(images)
     expected = mixed_loss(logits, labels, lam, cli.model.hparams.label_smoothing)
     assert torch.isfinite(loss) and float(loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+def _float64_weighted_mixed_loss(logits, targets, lam, weight) -> float:
+    """A transcription in float64 numpy: sum_i (lam w[y_i] CE_i + (1 - lam) w[y_p] CE_p) / sum_i (lam w[y_i] +
+    (1 - lam) w[y_p]), y_p the partner's label (the batch reversed)."""
+    z = logits.double().numpy()
+    log_p = z - z.max(1, keepdims=True) - np.log(np.exp(z - z.max(1, keepdims=True)).sum(1, keepdims=True))
+    y, partner, lam, w = targets.numpy(), targets.flip(0).numpy(), lam.double().numpy(), weight.double().numpy()
+    rows = np.arange(len(y))
+    total = lam * w[y] * -log_p[rows, y] + (1 - lam) * w[partner] * -log_p[rows, partner]
+    return float(total.sum() / (lam * w[y] + (1 - lam) * w[partner]).sum())
+
+
+def test_class_weights_weigh_the_mixed_losses_as_cross_entropy_weighs_an_unmixed_batch() -> None:
+    """With Mixup or CutMix on, a folder run's class weights (imbalanced classes) were dropped without a word: both
+    mixed losses were unweighted. Each now weighs its terms by class, as the weighted cross-entropy does."""
+    from timm.data.mixup import mixup_target
+    from timm.loss import SoftTargetCrossEntropy
+
+    from crate.lit.mixed_loss import weighted_soft_target_loss
+
+    logits = torch.randn(16, 10, generator=torch.Generator().manual_seed(1))
+    targets = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(2))
+    lam = torch.rand(16, generator=torch.Generator().manual_seed(3))
+    weight = torch.rand(10, generator=torch.Generator().manual_seed(4)) * 3 + 0.1
+    expected = _float64_weighted_mixed_loss(logits, targets, lam, weight)
+    assert float(mixed_loss(logits, targets, lam, weight=weight)) == pytest.approx(expected, rel=1e-5)
+    soft = mixup_target(targets, 10, lam=lam[:, None], smoothing=0.0)
+    assert float(weighted_soft_target_loss(logits, soft, weight)) == pytest.approx(expected, rel=1e-5)
+    assert abs(float(mixed_loss(logits, targets, lam)) - expected) > 1e-2  # unweighted: another number
+    # unmixed (lam 1): torch's weighted cross-entropy, label smoothing included
+    ones = torch.ones(16)
+    torch.testing.assert_close(
+        mixed_loss(logits, targets, ones, label_smoothing=0.1, weight=weight),
+        torch.nn.functional.cross_entropy(logits, targets, weight=weight, label_smoothing=0.1),
+    )
+    # equal weights: timm's soft-target loss
+    smoothed = mixup_target(targets, 10, lam=lam[:, None], smoothing=0.1)
+    torch.testing.assert_close(
+        weighted_soft_target_loss(logits, smoothed, torch.full((10,), 2.5)), SoftTargetCrossEntropy()(logits, smoothed)
+    )

@@ -456,3 +456,37 @@ def test_a_head_the_size_of_the_data_s_classes_trains_from_a_datamodule_and_from
     )
     trainer.fit(module, data.train_dataloader(), data.val_dataloader())  # no DataModule: nothing to compare
     assert trainer.global_step == 1
+
+
+def test_a_mixup_step_weighs_its_soft_targets_by_the_class_weights() -> None:
+    """timm's soft-target loss has no class weights, and a run with both was trained unweighted without a word."""
+    weight = torch.arange(1.0, 11.0)
+    module = ImageClassifier(
+        "crate_nano_patch4_32", in_chans=1, img_size=32, mixup_alpha=0.2, class_weights=weight.tolist()
+    )
+    seen: dict[str, torch.Tensor] = {}
+
+    def mixup(images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        one_hot = torch.nn.functional.one_hot(targets, 10).float()
+        seen["soft"] = 0.7 * one_hot + 0.3 * one_hot.flip(0)
+        return images, seen["soft"]
+
+    forward = module.forward
+
+    def recorded(images: torch.Tensor) -> torch.Tensor:
+        logits = forward(images)
+        if module.training:
+            seen["logits"] = logits.detach().double()
+        return logits
+
+    class Loss(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            seen["loss"] = outputs["loss"].detach()
+
+    module.mixup, module.forward = mixup, recorded
+    _fit(module, steps=1, callbacks=[Loss()])
+    weighted = seen["soft"].double() * weight.double()
+    expected = -(weighted * torch.log_softmax(seen["logits"], dim=-1)).sum() / weighted.sum()
+    assert float(seen["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    unweighted = -(seen["soft"].double() * torch.log_softmax(seen["logits"], dim=-1)).sum(-1).mean()
+    assert abs(float(unweighted) - float(expected)) > 1e-3

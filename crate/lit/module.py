@@ -30,7 +30,7 @@ from crate.run.record import start_weights
 from crate.run.weight_average import weight_average
 
 from .layer_objective import LayerObjective
-from .mixed_loss import mixed_loss
+from .mixed_loss import mixed_loss, weighted_soft_target_loss
 from .optimization import TimmOptimization
 from .run_record import RunRecord
 from .step_logging import StepLogging, epoch_loss_metric
@@ -260,7 +260,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
             images, targets, lam = batch
             logits = self(images)
             loss = self._with_layer_objective(
-                mixed_loss(logits, targets, lam, self.hparams.label_smoothing), len(images)
+                mixed_loss(logits, targets, lam, self.hparams.label_smoothing, self.class_weight), len(images)
             )
             self.train_acc.update(logits, targets)
             self.log_training_step(loss, len(images), **self._epoch_figures())
@@ -269,7 +269,10 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
         if self.mixup is not None and len(images) % 2 == 0:  # timm's Mixup pairs the samples of a batch
             mixed, soft_targets = self.mixup(images, targets)
             logits = self(mixed)
-            loss = self.mixed_criterion(logits, soft_targets)
+            if self.class_weight is None:
+                loss = self.mixed_criterion(logits, soft_targets)
+            else:  # timm's loss has no class weights
+                loss = weighted_soft_target_loss(logits, soft_targets, self.class_weight)
         else:
             logits = self(images)
             loss = nn.functional.cross_entropy(
