@@ -184,3 +184,19 @@ def test_class_weights_weigh_the_mixed_losses_as_cross_entropy_weighs_an_unmixed
     torch.testing.assert_close(
         weighted_soft_target_loss(logits, smoothed, torch.full((10,), 2.5)), SoftTargetCrossEntropy()(logits, smoothed)
     )
+
+
+def test_mixup_set_by_the_model_and_by_the_data_is_refused_before_a_step(tmp_path) -> None:
+    """The data's mixing takes the batches it mixes, so the model's mixup_alpha went unused without a word."""
+    import lightning as L
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from crate.lit import ImageClassifier, StoredImageFolderDataModule
+
+    write_image_folder(tmp_path / "images", 4, per_class=4, size=32, suffix=".png", gray=False, seed=1)
+    data = StoredImageFolderDataModule(str(tmp_path / "images"), batch_size=8, mixing=BatchMixing())
+    module = ImageClassifier("crate_nano_patch4_32", num_classes=4, img_size=32, mixup_alpha=0.8)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(MisconfigurationException, match=r"set twice.*mixup_alpha.*mixing.*give one of them"):
+        trainer.fit(module, data)
+    assert trainer.global_step == 0
