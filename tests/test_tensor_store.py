@@ -63,6 +63,20 @@ def test_store_is_reused_and_rebuilt_when_the_folder_changes(tmp_path: Path, cap
     )
 
 
+def test_a_store_decoded_by_another_reader_revision_is_rebuilt(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A store keeps the pixels its reader gave: after the reader changed how files become pixels (16-bit and
+    float images read from their full scale), a store decoded before would have kept the old pixels."""
+    from crate.lit.data.folder import ImageLoader
+
+    write_image_folder(tmp_path, **STORE_FOLDER)
+    _setup(tmp_path)
+    _setup(tmp_path)
+    assert "decoding 12 images" in capsys.readouterr().out  # once: the second setup read the store back
+    monkeypatch.setattr(ImageLoader, "revision", ImageLoader.revision + 1)
+    _setup(tmp_path)
+    assert "(or how its images are read) changed since its tensor store was built" in capsys.readouterr().out
+
+
 def test_evaluation_batches_equal_timm_s_transform_from_the_model_s_cfg(tmp_path: Path) -> None:
     """What a shipped cfg must reproduce: timm's eval transform of a 32-pixel PNG (resize and centre crop
     at crop_pct 1.0, ToTensor, the cfg's mean and std) gives the very tensor the store path validated on."""

@@ -135,11 +135,13 @@ def folder_store(
     log: Callable[[str], None] = print,
 ) -> TensorStore:
     """The store of ``samples`` (image files under ``root`` with their labels), read from ``cache`` when it
-    was built from the same files and classes, otherwise decoded with ``read`` and written there."""
+    was built from the same files and classes by a reader of the same ``revision`` (an attribute of ``read``, where
+    it has one), otherwise decoded with ``read`` and written there."""
     if not samples:
         raise StoreError(f"no images under {root}")
     fingerprint = folder_fingerprint([path for path, _ in samples], root)
-    fingerprint = hashlib.sha256(f"{fingerprint}\0{json.dumps(list(classes))}".encode()).hexdigest()
+    reader = getattr(read, "revision", "")  # how the reader turns files into pixels: a new way rebuilds the store
+    fingerprint = hashlib.sha256(f"{fingerprint}\0{json.dumps(list(classes))}\0{reader}".encode()).hexdigest()
     created = not cache.parent.exists()
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +173,7 @@ def _cached_or_built(
             store, built_from = TensorStore.load(cache)
             if built_from == fingerprint:
                 return store
-            log(f"{root} changed since its tensor store was built; rebuilding {cache}")
+            log(f"{root} (or how its images are read) changed since its tensor store was built; rebuilding {cache}")
         else:
             log(f"decoding {len(samples)} images of {root} once into {cache}")
         store = TensorStore(

@@ -128,6 +128,10 @@ class ImageLoader:
     a sample of the folder, not asked for). Errors are :class:`DataError` naming the file.
     """
 
+    # which pixels a file gives: a tensor store built by a reader of another revision is rebuilt (2: images of more
+    # than 8 bits read from their file's full scale)
+    revision = 2
+
     def __init__(self, mode: str = "RGB", strict: bool = False) -> None:
         if mode not in ("L", "RGB"):
             raise ValueError(f"mode must be 'L' or 'RGB', got {mode!r}")
