@@ -490,3 +490,19 @@ def test_a_mixup_step_weighs_its_soft_targets_by_the_class_weights() -> None:
     assert float(seen["loss"]) == pytest.approx(float(expected), rel=1e-5)
     unweighted = -(seen["soft"].double() * torch.log_softmax(seen["logits"], dim=-1)).sum(-1).mean()
     assert abs(float(unweighted) - float(expected)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "model_kwargs", [{"pretrained": True}, {"pretrained": True, "pretrained_cfg_overlay": {"file": "other.pth"}}]
+)
+def test_start_weights_given_twice_are_refused(model_kwargs: dict, tmp_path: Path) -> None:
+    """A tag's weights asked for (model_kwargs pretrained) beside pretrained_file: the file's loaded and the tag's
+    were dropped without a word."""
+    path = tmp_path / "start.pth"
+    torch.save(timm.create_model("crate_nano_patch4_32", num_classes=10, in_chans=1).state_dict(), path)
+    with pytest.raises(ValueError, match=r"start weights are given twice, by pretrained_file .*start\.pth.*give one"):
+        ImageClassifier(
+            "crate_nano_patch4_32.digits", in_chans=1, img_size=32, pretrained_file=str(path), model_kwargs=model_kwargs
+        )
+    built = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, pretrained_file=str(path))
+    torch.testing.assert_close(built.model.state_dict(), torch.load(path), rtol=0, atol=0)  # one source: it loads

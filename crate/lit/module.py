@@ -71,6 +71,12 @@ def _check_settings(hp: Any) -> None:
             f"objective_weight must be >= 0 (0: off) and objective_images >= 1, got {hp.objective_weight}, "
             f"{hp.objective_images}"
         )
+    given = hp.model_kwargs or {}
+    if hp.pretrained_file is not None and (given.get("pretrained") or given.get("pretrained_cfg_overlay")):
+        raise ValueError(
+            f"the start weights are given twice, by pretrained_file ({hp.pretrained_file}) and by model_kwargs "
+            "(pretrained, pretrained_cfg_overlay), and only the file's would load: give one of them"
+        )
     if hp.class_weights is not None and len(hp.class_weights) != hp.num_classes:
         raise ValueError(f"class_weights has {len(hp.class_weights)} weights for {hp.num_classes} classes")
 
