@@ -55,10 +55,16 @@ def parser_problem(message: str) -> str:
     subtypes" and lists each subtype's own error below, the one that says what to change ("unrecognized
     arguments: --augmentation.auto_augment=x", "Parser key "batch_size": Expected a <class 'int'>. Got value:
     abc"). The line is the outer key, then each subtype's error that is not the ``None`` alternative, then
-    the value given where no error names it. A file setting that names no file is said so. Other messages are
-    joined into one line as they are.
+    the value given where no error names it. A file setting that names no file is said so, and so is a model
+    setting linked from the data. Other messages are joined into one line as they are.
     """
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    linked = re.match(r'(?:argument data\.\w+ --> model\.(\w+):|Linked "model\.(\w+)" must be given via)', message)
+    if linked:  # a model setting the CLI takes from the data (jsonargparse's words differ by the setting's type)
+        key = linked[1] or linked[2]
+        if key == "num_classes":
+            return "--model.num_classes is taken from the data (the number of its classes): leave it out"
+        return f"--model.{key} is taken from the data: set --data.{key} instead"
     missing = re.fullmatch(r'Parser key "([\w.]+)": File does not exist: \'(.*)\'', " ".join(lines))
     if missing:  # a --config (or other file setting) that names no file
         return f"--{missing[1]} {missing[2]}: no such file; check the path"

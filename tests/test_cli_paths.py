@@ -414,6 +414,12 @@ def test_a_typo_in_a_config_key_is_a_short_error(tmp_path: Path) -> None:
         (["--model.betas", "[0.9, 1.5]"], "betas must be two values in [0, 1), got (0.9, 1.5)"),
         (["--model.label_smoothing", "1.5"], "label_smoothing must lie in [0, 1), got 1.5"),
         (["--model.mixup_alpha", "-1"], "mixup_alpha and cutmix_alpha must be >= 0 (0: off), got -1.0 and 0.0"),
+        # the model's settings taken from the data: jsonargparse said "int | None is not callable" of img_size
+        (["--model.img_size", "24"], "--model.img_size is taken from the data: set --data.img_size instead"),
+        (["--model.in_chans", "3"], "--model.in_chans is taken from the data: set --data.in_chans instead"),
+        (["--model.num_classes", "5"], "--model.num_classes is taken from the data (the number of its classes)"),
+        # a TypeError traceback: create_classifier() got multiple values for argument 'img_size'
+        (["--model.model_kwargs", "{img_size: 24}"], "model_kwargs sets img_size, which the model is built with"),
         ("empty class folder", "class folders without images"),
     ],
 )

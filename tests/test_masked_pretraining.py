@@ -180,3 +180,15 @@ def test_a_folder_pretraining_run_is_answered_with_a_probe_on_its_own_folder(tmp
     )
     card = (tmp_path / "p.md").read_text()
     assert "starting from the weights of" in card and str(checkpoint) in card
+
+
+@pytest.mark.parametrize("module", ["ImageClassifier", "MaskedAutoencoder", "SelfDistillation"])
+@pytest.mark.parametrize("setting", [{"img_size": 24}, {"in_chans": 1}, {"num_classes": 3}])
+def test_model_kwargs_that_set_what_the_data_sets_are_refused_in_every_module(module: str, setting: dict) -> None:
+    """Each was a TypeError from Python: create_classifier() got multiple values for argument 'img_size'."""
+    import crate.lit
+
+    name = "crate_mae_nano_patch4_32" if module == "MaskedAutoencoder" else "crate_nano_patch4_32"
+    (key,) = setting
+    with pytest.raises(ValueError, match=rf"^model_kwargs sets {key}, which the model is built with .*leave them out"):
+        getattr(crate.lit, module)(name, img_size=32, model_kwargs=setting)

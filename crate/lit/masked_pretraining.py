@@ -19,7 +19,7 @@ from torch import nn
 
 from crate.data import PADDING_LABEL, share_positions
 from crate.figures import reconstruction_figure
-from crate.models import create_classifier, recorded_settings
+from crate.models import check_model_kwargs, create_classifier, recorded_settings
 
 from .optimization import TimmOptimization
 from .run_record import RunRecord
@@ -82,6 +82,7 @@ class MaskedAutoencoder(RunRecord, StepLogging, TimmOptimization, L.LightningMod
         self.check_optimization()
         if not 0.0 <= mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must lie in [0, 1), got {mask_ratio}")
+        check_model_kwargs(model_kwargs)
         kwargs = dict(model_kwargs or {})
         if "decoder_depth" not in kwargs:  # the registered models are encoders: add the decoder of the file the
             # run starts from, else the released pretraining's

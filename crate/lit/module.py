@@ -26,7 +26,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from crate.data import PADDING_LABEL, MixedBatch
 from crate.metrics import Top1Accuracy
-from crate.models import CheckpointError, create_classifier, read_checkpoint
+from crate.models import CheckpointError, check_model_kwargs, create_classifier, read_checkpoint
 from crate.run.record import start_weights
 from crate.run.weight_average import weight_average
 
@@ -72,6 +72,7 @@ def _check_settings(hp: Any) -> None:
             f"{hp.objective_images}"
         )
     given = hp.model_kwargs or {}
+    check_model_kwargs(given)
     if hp.pretrained_file is not None and (given.get("pretrained") or given.get("pretrained_cfg_overlay")):
         raise ValueError(
             f"the start weights are given twice, by pretrained_file ({hp.pretrained_file}) and by model_kwargs "

@@ -25,7 +25,7 @@ from crate.data import PADDING_LABEL
 from crate.layers import ProjectionHead
 from crate.metrics import simdino_loss
 from crate.metrics.knn import weighted_knn_accuracy
-from crate.models import create_classifier
+from crate.models import check_model_kwargs, create_classifier
 
 from .data.folder import DataError
 from .optimization import TimmOptimization
@@ -112,6 +112,7 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
         if expa_type not in (0, 1) or eps <= 0:
             raise ValueError(f"need expa_type 0 or 1 and eps > 0; got {expa_type}, {eps}")
         self.num_classes = num_classes
+        check_model_kwargs(model_kwargs)
         kwargs = dict(model_kwargs or {})
         self.student = self._backbone(model_name, in_chans, img_size, kwargs)
         self.record_settings_from_file(model_name, kwargs)

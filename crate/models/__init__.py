@@ -16,7 +16,7 @@ from .crate import CRATE, CrateBlock
 from .crate_ablations import CrateAttentionOnlyBlock, CrateMLPBlock
 from .crate_alpha import CrateAlphaBlock
 from .crate_mae import CrateMAE, CrateMAEDecoderBlock
-from .factory import create_classifier
+from .factory import check_model_kwargs, create_classifier
 from .hub import hub_weights, is_hub_name
 from .names import architecture_of, check_model_name, in_zoo, names_weights_tag, pretrained_tags
 from .tost import ToST, ToSTBlock
@@ -42,6 +42,7 @@ __all__ = [
     "ToSTBlock",
     "VIT_VARIANTS",
     "ViTTwin",
+    "check_model_kwargs",
     "check_model_name",
     "create_classifier",
     "file_sha256",
