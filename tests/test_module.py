@@ -506,3 +506,13 @@ def test_start_weights_given_twice_are_refused(model_kwargs: dict, tmp_path: Pat
         )
     built = ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, pretrained_file=str(path))
     torch.testing.assert_close(built.model.state_dict(), torch.load(path), rtol=0, atol=0)  # one source: it loads
+
+
+@pytest.mark.parametrize("setting", [{"objective_weight": 0.5}, {"drop_path_rate": 0.1}])
+def test_backbone_settings_of_a_frozen_backbone_are_refused(setting: dict) -> None:
+    """With the backbone frozen, the layer objective's gradients reach no trained weight and stochastic depth is
+    off in evaluation mode: each trained the head as without it, without a word."""
+    (key,) = setting
+    with pytest.raises(ValueError, match=rf"freeze_backbone trains the head alone, and {key} .* leave them at 0"):
+        ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, freeze_backbone=True, **setting)
+    ImageClassifier("crate_nano_patch4_32", in_chans=1, img_size=32, **setting)  # on a trained backbone: kept

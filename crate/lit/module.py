@@ -71,6 +71,13 @@ def _check_settings(hp: Any) -> None:
             f"objective_weight must be >= 0 (0: off) and objective_images >= 1, got {hp.objective_weight}, "
             f"{hp.objective_images}"
         )
+    idle = {"objective_weight": hp.objective_weight, "drop_path_rate": hp.drop_path_rate}  # they act on the backbone
+    if hp.freeze_backbone and (named := [f"{key} {value}" for key, value in idle.items() if value > 0]):
+        raise ValueError(
+            f"freeze_backbone trains the head alone, and {' and '.join(named)} would act on the frozen backbone "
+            "(its weights do not train, and it stays in evaluation mode), changing nothing: leave them at 0 for a "
+            "probe"
+        )
     given = hp.model_kwargs or {}
     check_model_kwargs(given)
     if hp.pretrained_file is not None and (given.get("pretrained") or given.get("pretrained_cfg_overlay")):
