@@ -247,8 +247,8 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
     def setup(self, stage: str) -> None:
         """Refuse, before a step, data of another number of classes than the head has (a larger head would train
         and score outputs no image belongs to without a word, a smaller one fails at the loss on a label it lacks;
-        ``train.py`` links the two, a model and a DataModule built apart in Python may differ), and Mixup set both
-        by the model and by the data."""
+        ``train.py`` links the two, a model and a DataModule built apart in Python may differ), and a fit given Mixup
+        both by the model and by the data."""
         data = self.trainer.datamodule
         classes = getattr(data, "num_classes", None)
         if isinstance(classes, int) and classes != self.hparams.num_classes:
@@ -256,7 +256,7 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
                 f"the data has {classes} classes and {self.hparams.model_name}'s head {self.hparams.num_classes} "
                 f"outputs: build the classifier with num_classes={classes} (the DataModule's num_classes)"
             )
-        if self.mixup is not None and getattr(data, "mixing", None) is not None:
+        if stage == "fit" and self.mixup is not None and getattr(data, "mixing", None) is not None:
             raise MisconfigurationException(
                 "Mixup/CutMix is set twice, by the model (mixup_alpha, cutmix_alpha) and by the data (mixing), and "
                 "the data's takes the batches it mixes: give one of them"
