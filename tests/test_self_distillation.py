@@ -448,3 +448,23 @@ def test_two_encoders_share_an_evaluation_set_only_with_the_same_inputs() -> Non
         plain, timm.create_model("crate_nano_patch4_32", pretrained_cfg_overlay={"mean": (0.4,) * 3})
     )
     assert not same_inputs(plain, timm.create_model("crate_nano_patch4_32.digits"))  # one channel
+
+
+def test_a_module_built_without_num_classes_scores_k_nn_with_the_data_s_and_another_is_refused(tmp_path: Path) -> None:
+    """Built in Python without ``num_classes`` (train.py links it), the run was unscored as one whose "data has 0
+    classes". A number other than the data's is refused: with fewer, the k-NN's votes failed at the first label
+    beyond them."""
+    data = StoredImageFolderDataModule(
+        str(_folder(tmp_path / "images")), batch_size=8, multi_crop=MultiCrop(global_crops=2, local_crops=2)
+    )
+    scores = []
+    for classes in (0, 2):
+        torch.manual_seed(0)
+        module = _module(num_classes=classes)
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+        scores.append(trainer.validate(module, data, verbose=False)[0].get("val/knn_acc"))
+        assert module.num_classes == 2 and module.unscored is None
+    assert scores[0] is not None and scores[0] == scores[1]  # the data's two classes, as if given
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match=r"the data has 2 classes and the k-NN evaluation was given num_classes=3"):
+        trainer.validate(_module(num_classes=3), data, verbose=False)

@@ -153,6 +153,14 @@ class SelfDistillation(RunRecord, StepLogging, TimmOptimization, L.LightningModu
 
     def setup(self, stage: str) -> None:
         data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        classes = getattr(data, "num_classes", None)
+        if isinstance(classes, int) and classes != self.num_classes:
+            if self.num_classes:  # the k-NN's votes would have no column for a class the data has
+                raise ValueError(
+                    f"the data has {classes} classes and the k-NN evaluation was given num_classes="
+                    f"{self.num_classes}: leave it out (it is the data's) or give {classes}"
+                )
+            self.num_classes = classes  # not given (a module built in Python): the data's, as train.py links it
         if stage == "fit" and getattr(data, "multi_crop", None) is None:
             raise DataError(
                 "self-distillation trains on multi-crop views: give the DataModule a multi_crop setting "
