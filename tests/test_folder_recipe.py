@@ -286,3 +286,35 @@ def test_an_evaluation_or_a_resume_reads_a_folder_at_the_size_and_channels_of_it
             "validate", *base, "--data.root", str(large), "--ckpt_path", "last", "--data.img_size", "48"
         )
     assert given.returncode == 0, given.stderr[-2000:]
+
+
+def test_a_classifier_built_apart_from_a_folder_that_weighs_its_classes_is_refused_unless_it_weighs_them_alike(
+    tmp_path: Path,
+) -> None:
+    """In Python, a folder of imbalanced classes chose its class weights and the classifier, built without them,
+    trained unweighted without a word (train.py links the two)."""
+    import lightning as L
+
+    from crate.lit import ImageClassifier
+
+    _gray_folder(tmp_path, side=12, per_class=(16, 4, 4))
+    data = ImageFolderDataModule(str(tmp_path), batch_size=8, num_workers=0)
+    build = dict(num_classes=3, in_chans=1, img_size=12, warmup_epochs=0)
+
+    def fit(module: ImageClassifier) -> L.Trainer:
+        trainer = L.Trainer(
+            max_steps=1,
+            limit_val_batches=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(module, data)
+        return trainer
+
+    with pytest.raises(ValueError, match=r"the data weighs its classes \[.*\] \(imbalanced classes\) .*=None"):
+        fit(ImageClassifier("crate_nano_patch4_32", **build))
+    weighted = ImageClassifier("crate_nano_patch4_32", class_weights=data.class_weights, **build)
+    assert fit(weighted).global_step == 1
+    torch.testing.assert_close(weighted.class_weight, torch.tensor(data.class_weights))

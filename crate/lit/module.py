@@ -247,14 +247,21 @@ class ImageClassifier(RunRecord, StepLogging, TimmOptimization, L.LightningModul
     def setup(self, stage: str) -> None:
         """Refuse, before a step, data of another number of classes than the head has (a larger head would train
         and score outputs no image belongs to without a word, a smaller one fails at the loss on a label it lacks;
-        ``train.py`` links the two, a model and a DataModule built apart in Python may differ), and a fit given Mixup
-        both by the model and by the data."""
+        ``train.py`` links the two, a model and a DataModule built apart in Python may differ), a fit whose data
+        weighs its classes otherwise than the loss would, and a fit given Mixup both by the model and by the data."""
         data = self.trainer.datamodule
         classes = getattr(data, "num_classes", None)
         if isinstance(classes, int) and classes != self.hparams.num_classes:
             raise ValueError(
                 f"the data has {classes} classes and {self.hparams.model_name}'s head {self.hparams.num_classes} "
                 f"outputs: build the classifier with num_classes={classes} (the DataModule's num_classes)"
+            )
+        weights, given = (getattr(data, "class_weights", None), self.hparams.class_weights)
+        if stage == "fit" and weights is not None and [float(w) for w in weights] != [float(w) for w in given or []]:
+            raise ValueError(
+                f"the data weighs its classes {weights} (imbalanced classes) and the classifier was built with "
+                f"class_weights={given}: build it with class_weights=data.class_weights, or build the data with "
+                "class_weights=None for an unweighted loss"
             )
         if stage == "fit" and self.mixup is not None and getattr(data, "mixing", None) is not None:
             raise MisconfigurationException(
