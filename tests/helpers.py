@@ -91,3 +91,9 @@ def cifar_arrays(seed: int, train_size: int, test_size: int) -> dict[bool, objec
         )
         for train, n in ((True, train_size), (False, test_size))
     }
+
+
+def quiet_trainer(**kwargs) -> L.Trainer:
+    """A CPU trainer that writes and prints nothing of its own: no logger, checkpoints, progress bar or summary."""
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    return L.Trainer(**{**quiet, **kwargs})

@@ -294,6 +294,7 @@ def test_a_classifier_built_apart_from_a_folder_that_weighs_its_classes_is_refus
     """In Python, a folder of imbalanced classes chose its class weights and the classifier, built without them,
     trained unweighted without a word (train.py links the two)."""
     import lightning as L
+    from helpers import quiet_trainer
 
     from crate.lit import ImageClassifier
 
@@ -302,14 +303,7 @@ def test_a_classifier_built_apart_from_a_folder_that_weighs_its_classes_is_refus
     build = dict(num_classes=3, in_chans=1, img_size=12, warmup_epochs=0)
 
     def fit(module: ImageClassifier) -> L.Trainer:
-        trainer = L.Trainer(
-            max_steps=1,
-            limit_val_batches=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        trainer = quiet_trainer(max_steps=1, limit_val_batches=1)
         trainer.fit(module, data)
         return trainer
 

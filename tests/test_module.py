@@ -10,6 +10,7 @@ import lightning as L
 import pytest
 import timm
 import torch
+from helpers import quiet_trainer
 from lightning.pytorch.callbacks import Callback
 
 import crate  # noqa: F401
@@ -446,14 +447,7 @@ def test_a_head_the_size_of_the_data_s_classes_trains_from_a_datamodule_and_from
     _fit(module, steps=2)
     data = DigitsDataModule(batch_size=8)
     data.setup("fit")
-    trainer = L.Trainer(
-        max_steps=1,
-        limit_val_batches=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_steps=1, limit_val_batches=1)
     trainer.fit(module, data.train_dataloader(), data.val_dataloader())  # no DataModule: nothing to compare
     assert trainer.global_step == 1
 
