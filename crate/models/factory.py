@@ -16,16 +16,16 @@ from .checkpoint import check_file_architecture, per_channel, read_checkpoint
 from .convert import CheckpointError
 from .names import architecture_of, check_model_name, in_zoo
 
-__all__ = ["BUILT_FROM_DATA", "check_model_kwargs", "create_classifier"]
+__all__ = ["check_model_kwargs", "create_classifier"]
 
 # what create_classifier builds a model with from its own arguments (a run takes them from its data)
-BUILT_FROM_DATA = ("num_classes", "in_chans", "img_size")
+_BUILT_FROM_DATA = ("num_classes", "in_chans", "img_size")
 
 
 def check_model_kwargs(model_kwargs: dict[str, Any] | None) -> None:
     """Refuse ``model_kwargs`` that set what :func:`create_classifier` takes as its own arguments: Python would
     refuse the call with "got multiple values for argument", without saying where the value comes from."""
-    if doubled := [key for key in BUILT_FROM_DATA if key in (model_kwargs or {})]:
+    if doubled := [key for key in _BUILT_FROM_DATA if key in (model_kwargs or {})]:
         raise ValueError(
             f"model_kwargs sets {', '.join(doubled)}, which the model is built with from the run's own settings "
             "(train.py and pretrain.py take them from the data: --data.img_size, --data.in_chans, its classes): "

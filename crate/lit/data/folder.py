@@ -101,17 +101,17 @@ def _to_8_bit(image: Image.Image, path: str) -> Image.Image:
     file has no full scale of its own: its values are read as 8-bit where they stay within 0-255, else as 16-bit.
     Values outside the full scale are refused: clipped, they would read as a wrong image without a word."""
     array = np.asarray(image, dtype=np.float64)
+    low, high = float(np.nanmin(array)), float(np.nanmax(array))
     if image.mode == "F":
         full_scale, words = 1.0, "a floating-point image is read as intensities from 0 to 1"
-    elif image.mode.startswith("I;16") or image.format == "PPM" or array.max(initial=0) > 255:
+    elif image.mode.startswith("I;16") or image.format == "PPM" or high > 255:
         full_scale, words = 65535.0, "a 16-bit image is read as values from 0 to 65535"
     else:
         full_scale, words = 255.0, "a 32-bit integer image is read as values from 0 to 255 or to 65535"
-    if not np.isfinite(array).all() or array.min(initial=0) < 0 or array.max(initial=0) > full_scale:
+    if not np.isfinite(array).all() or low < 0 or high > full_scale:
         raise DataError(
-            f"{path} is an image of mode {image.mode} with values from {np.nanmin(array):g} to "
-            f"{np.nanmax(array):g}, and {words}: scale it into that range or save it as an 8- or 16-bit image "
-            "(PNG, TIFF)"
+            f"{path} is an image of mode {image.mode} with values from {low:g} to {high:g}, and {words}: scale it "
+            "into that range or save it as an 8- or 16-bit image (PNG, TIFF)"
         )
     return Image.fromarray(np.clip(array / full_scale * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
 
